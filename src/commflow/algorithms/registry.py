@@ -1,0 +1,91 @@
+"""The algorithm registry: generators of programs, keyed ``"collective/name"``.
+
+A generator is called as ``generator(collective, nranks, chunks=..., channels=..., root=...,
+**extra)`` and returns a :class:`~commflow.ir.Program`; it raises ``AlgorithmError`` when it
+does not apply to the arguments (saying why and what would).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from commflow.collectives import Collective, check_root, parse_collective
+from commflow.errors import AlgorithmError
+from commflow.ir import Program
+
+Generator = Callable[..., Program]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A registered algorithm for one collective.
+
+    ``params`` names the extra keyword parameters the generator accepts beyond ``chunks``,
+    ``channels`` and ``root`` (e.g. ``("box",)``); ``summary`` is one line for listings, with
+    the cost formula where there is one.
+    """
+
+    collective: Collective
+    name: str
+    generator: Generator
+    summary: str
+    params: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """Registry key ``"collective/name"``."""
+        return f"{self.collective.value}/{self.name}"
+
+
+_REGISTRY: dict[tuple[Collective, str], Algorithm] = {}
+
+
+def register(collectives: Iterable[Collective], name: str, generator: Generator, summary: str,
+             params: tuple[str, ...] = ()) -> None:
+    """Register ``generator`` as algorithm ``name`` for each of ``collectives``."""
+    for collective in collectives:
+        key = (collective, name)
+        if key in _REGISTRY:
+            raise AlgorithmError(f"algorithm {collective.value}/{name} registered twice")
+        _REGISTRY[key] = Algorithm(collective, name, generator, summary, params)
+
+
+def available(collective: Collective | str | None = None) -> list[Algorithm]:
+    """Registered algorithms, for one collective or all, sorted by key."""
+    coll = None if collective is None else parse_collective(collective)
+    return sorted((a for a in _REGISTRY.values() if coll is None or a.collective is coll),
+                  key=lambda a: a.key)
+
+
+def get(collective: Collective | str, name: str) -> Algorithm:
+    """The algorithm ``name`` for ``collective``; ``AlgorithmError`` listing the known ones."""
+    coll = parse_collective(collective)
+    try:
+        return _REGISTRY[(coll, name)]
+    except KeyError:
+        known = ", ".join(a.name for a in available(coll)) or "none"
+        raise AlgorithmError(
+            f"no algorithm {name!r} for {coll.value}; available: {known}") from None
+
+
+def build(collective: Collective | str, name: str, nranks: int, *, chunks: int = 1,
+          channels: int = 1, root: int | None = None, **params: object) -> Program:
+    """Generate the program of algorithm ``name`` for ``collective`` on ``nranks`` ranks.
+
+    ``chunks`` pipelines (each block is cut into that many chunks sent one after another);
+    ``channels`` splits the data over that many independent channels. Raises
+    ``AlgorithmError`` when the algorithm is unknown or does not apply.
+    """
+    algorithm = get(collective, name)
+    if nranks < 1:
+        raise AlgorithmError(f"{algorithm.key}: nranks must be >= 1, got {nranks}")
+    if chunks < 1 or channels < 1:
+        raise AlgorithmError(f"{algorithm.key}: chunks and channels must be >= 1")
+    unknown = set(params) - set(algorithm.params)
+    if unknown:
+        raise AlgorithmError(
+            f"{algorithm.key}: unknown parameter(s) {sorted(unknown)}; it takes "
+            f"{', '.join(('chunks', 'channels', 'root', *algorithm.params))}")
+    return algorithm.generator(algorithm.collective, nranks, chunks=chunks, channels=channels,
+                               root=check_root(algorithm.collective, nranks, root), **params)

@@ -1,0 +1,31 @@
+"""The program IR: a collective algorithm as per-participant channels of steps.
+
+Build programs with :class:`ProgramBuilder` (or :func:`make_program` from columns), check them
+with :func:`verify`, serialize with :func:`to_json`/:func:`from_json`, export with
+:func:`to_msccl_xml`.
+"""
+
+from commflow.ir.build import ProgramBuilder, StepId, make_program
+from commflow.ir.matching import match_transfers
+from commflow.ir.program import Participant, Program, StepTable
+from commflow.ir.step import Buffer, Op, ParticipantKind, Ref, Step, inp, out, scr
+from commflow.ir.verify import verify
+
+__all__ = [
+    "Buffer",
+    "Op",
+    "Participant",
+    "ParticipantKind",
+    "Program",
+    "ProgramBuilder",
+    "Ref",
+    "Step",
+    "StepId",
+    "StepTable",
+    "inp",
+    "make_program",
+    "match_transfers",
+    "out",
+    "scr",
+    "verify",
+]

@@ -23,12 +23,12 @@ contributions it holds. Sizes and busbw factors follow nccl-tests (see REFERENCE
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from commflow.errors import CommflowError
 
 
-class Collective(str, Enum):
+class Collective(StrEnum):
     """A collective operation."""
 
     ALLREDUCE = "allreduce"

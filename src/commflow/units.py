@@ -26,7 +26,9 @@ def parse_size(text: str | int) -> int:
         return text
     m = _SIZE_RE.match(str(text))
     if not m:
-        raise CommflowError(f"cannot parse size {text!r}: use a number with K, M, G or T (e.g. 64K)")
+        raise CommflowError(
+            f"cannot parse size {text!r}: use a number with K, M, G or T (e.g. 64K)"
+        )
     value = float(m.group(1)) * _SIZE_SUFFIX[m.group(2).upper()]
     if value != int(value):
         raise CommflowError(f"size {text!r} is not a whole number of bytes")

@@ -7,9 +7,11 @@ with :func:`verify`, serialize with :func:`to_json`/:func:`from_json`, export wi
 
 from commflow.ir.build import ProgramBuilder, StepId, make_program
 from commflow.ir.matching import match_transfers
+from commflow.ir.msccl import to_msccl_xml
 from commflow.ir.program import Participant, Program, StepTable
+from commflow.ir.serialize import from_json, load_program, save_program, to_json
 from commflow.ir.step import Buffer, Op, ParticipantKind, Ref, Step, inp, out, scr
-from commflow.ir.verify import verify
+from commflow.ir.verify import element_trace, verify
 
 __all__ = [
     "Buffer",
@@ -22,10 +24,16 @@ __all__ = [
     "Step",
     "StepId",
     "StepTable",
+    "element_trace",
+    "from_json",
     "inp",
+    "load_program",
     "make_program",
     "match_transfers",
     "out",
+    "save_program",
     "scr",
+    "to_json",
+    "to_msccl_xml",
     "verify",
 ]

@@ -32,10 +32,25 @@ def verify(program: Program) -> None:
     _Execution(program).run()
 
 
+def element_trace(program: Program) -> np.ndarray:
+    """Verify ``program`` and return, per chunk a step moves, the logical element it carries.
+
+    Entry ``ptr[i] + k`` is the element index of chunk ``k`` of step ``i`` (the value sent, or
+    written), with ``ptr = [0, cumsum(count)]``. Executors use it to size chunks when a buffer
+    does not divide evenly into chunks.
+    """
+    execution = _Execution(program, trace=True)
+    execution.run()
+    return execution.trace
+
+
 class _Execution:
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, trace: bool = False) -> None:
         self.p = program
         self.t = program.table
+        self.trace_ptr = np.concatenate(([0], np.cumsum(self.t.count, dtype=np.int64))) \
+            if trace else None
+        self.trace = np.full(int(self.trace_ptr[-1]), -1, dtype=np.int64) if trace else None
         self.sender = match_transfers(program)
         self.buffers = [[[None] * part.chunks(b) for b in Buffer] for part in program.participants]
         for (rank, buf, i), value in precondition(program.collective, program.nranks,
@@ -172,6 +187,9 @@ class _Execution:
         src0, dst0 = int(t.src_off[i]), int(t.dst_off[i])
         if op is Op.SEND:
             self.messages[i] = [self.read(i, src_buf, src0 + k) for k in range(count)]
+            if self.trace is not None:
+                self.trace[self.trace_ptr[i]:self.trace_ptr[i + 1]] = \
+                    [v.index for v in self.messages[i]]
             return
         if op.receives:
             incoming = self.messages.pop(int(self.sender[i]))
@@ -187,6 +205,8 @@ class _Execution:
                 value = self.combine(i, self.read(i, dst_buf, dst0 + k),
                                      self.read(i, src_buf, src0 + k), where)
             self.write(i, dst_buf, dst0 + k, value)
+            if self.trace is not None:
+                self.trace[self.trace_ptr[i] + k] = value.index
 
     def check_post(self) -> None:
         post = postcondition(self.p.collective, self.p.nranks, self.p.chunk_factor, self.p.root)

@@ -4,6 +4,7 @@
 lists what is registered.
 """
 
+from commflow.algorithms import binomial_tree, double_binary_tree, hierarchical, torus2d  # noqa: F401
 from commflow.algorithms.registry import Algorithm, available, build, get, register
 
 __all__ = ["Algorithm", "available", "build", "get", "register"]

@@ -1,0 +1,113 @@
+"""What every command shares: consoles, JSON output, unit conversions for display, and the
+small parsers of command-line values (``key=value`` parameters, data types)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from commflow.errors import CommflowError
+from commflow.units import GB
+
+out = Console(highlight=False, soft_wrap=True)
+"""Standard output (tables, summaries)."""
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+"""Standard error (errors, progress bars)."""
+
+DTYPES = {
+    "int8": 1,
+    "uint8": 1,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+}
+"""Element size in bytes of each data type ``-d`` accepts."""
+
+_DTYPE_ALIASES = {
+    "half": "float16",
+    "float": "float32",
+    "double": "float64",
+    "char": "int8",
+    "int": "int32",
+}
+
+
+def dtype_size(name: str) -> tuple[str, int]:
+    """Canonical name and size in bytes of a data type (nccl-tests names accepted too).
+
+    Raises ``CommflowError`` listing the known types.
+    """
+    canonical = _DTYPE_ALIASES.get(name.lower(), name.lower())
+    if canonical not in DTYPES:
+        raise CommflowError(f"unknown data type {name!r}; use one of {', '.join(DTYPES)}")
+    return canonical, DTYPES[canonical]
+
+
+def parse_params(items: list[str]) -> dict[str, object]:
+    """``["box=8", "mode=fast"]`` as ``{"box": 8, "mode": "fast"}`` (ints and floats converted).
+
+    Raises ``CommflowError`` naming an item without ``=``.
+    """
+    params: dict[str, object] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise CommflowError(f"--param {item!r}: write key=value, e.g. --param box=8")
+        params[key] = _number(text)
+    return params
+
+
+def _number(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def gbps(bandwidth: float) -> float:
+    """Bytes/s as GB/s (GB = 1e9 bytes, as nccl-tests prints)."""
+    return bandwidth / GB
+
+
+def usec(seconds: float) -> float:
+    """Seconds as microseconds."""
+    return seconds * 1e6
+
+
+def number(value: float, digits: int = 2) -> str:
+    """A float with ``digits`` decimals, ``inf`` written as such."""
+    return "inf" if math.isinf(value) else f"{value:.{digits}f}"
+
+
+def echo_json(value: object) -> None:
+    """Print ``value`` as indented JSON on standard output (``inf`` becomes ``null``)."""
+    print(json.dumps(_finite(value), indent=2))
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def table(*columns: str, right: tuple[str, ...] = ()) -> Table:
+    """A plain table (no box) whose ``right`` columns are right-aligned."""
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for name in columns:
+        t.add_column(name, justify="right" if name in right else "left")
+    return t

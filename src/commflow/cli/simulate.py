@@ -1,0 +1,196 @@
+"""``commflow sim`` and ``commflow bound``: predicted times and lower bounds, nccl-tests style."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import typer
+from rich.markup import escape
+from rich.progress import Progress
+
+from commflow.algorithms import build as build_program
+from commflow.cli._output import dtype_size, echo_json, err, gbps, number, out, parse_params, usec
+from commflow.sim import Bound, lower_bound, simulate
+from commflow.topology import Topology, load
+from commflow.units import format_size, parse_size, size_range
+
+TOPO_HELP = "Topology: preset name (see `commflow topo list`) or file."
+
+
+def cut_names(topology: Topology, bound: Bound) -> str:
+    """The binding cut's node names, e.g. ``{box0.gpu0, box0.gpu1}``."""
+    return "{" + ", ".join(topology.nodes[i].name for i in bound.cut) + "}"
+
+
+def sim(
+    collective: str = typer.Argument(..., help="Collective: allreduce, allgather, ..."),
+    topo: str = typer.Option(..., "--topo", "-t", help=TOPO_HELP),
+    algo: str = typer.Option(..., "--algo", "-a", help="Algorithm name (see `commflow algos`)."),
+    begin: str = typer.Option("8", "-b", "--minbytes", help="Smallest size (64K, 16M, 1G)."),
+    end: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size."),
+    factor: int = typer.Option(4, "-f", "--stepfactor", help="Size multiplier between rows."),
+    dtype: str = typer.Option("float32", "-d", "--datatype", help="Element type (count column)."),
+    chunks: int = typer.Option(1, "--chunks", help="Pieces each block is pipelined in."),
+    channels: int = typer.Option(1, "--channels", help="Independent channels."),
+    root: int = typer.Option(None, "--root", help="Root rank of rooted collectives (default 0)."),
+    param: list[str] = typer.Option(
+        [], "--param", "-p", help="Extra algorithm parameter key=value (repeatable)."
+    ),
+    model: str = typer.Option("alphabeta", "--model", "-m", help="alphabeta or flow."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
+) -> None:
+    """Simulate an algorithm on a topology over a range of sizes, like nccl-tests.
+
+    The program is built for the topology's ranks. Columns: size(B) count type time(us)
+    algbw(GB/s) busbw(GB/s), then the lower bound's time and %bound = bound / time * 100
+    (100 means the algorithm meets the bound). GB = 1e9 bytes; sizes take K/M/G suffixes.
+
+    [bold]Examples[/bold]
+
+      commflow sim allreduce --topo dgx1 --algo ring
+      commflow sim allreduce --topo dgx1 --algo double_binary_tree -b 1K -e 64M -f 8
+      commflow sim allgather --topo dgx-a100x2 --algo ring --model flow --json
+    """
+    topology = load(topo)
+    name, elem = dtype_size(dtype)
+    sizes = size_range(parse_size(begin), parse_size(end), factor)
+    program = build_program(
+        collective,
+        algo,
+        topology.nranks,
+        chunks=chunks,
+        channels=channels,
+        root=root,
+        **parse_params(param),
+    )
+    root = program.root or 0
+    records = []
+    with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
+        task = bar.add_task(f"simulating {program.name}", total=len(sizes))
+        for size in sizes:
+            result = simulate(program, topology, size, model=model)
+            bound = lower_bound(program.collective, topology, size, root=root)
+            records.append((size, result, bound))
+            bar.advance(task)
+    if as_json:
+        echo_json(
+            [
+                {
+                    "collective": program.collective.value,
+                    "algo": program.name,
+                    "topology": topology.name,
+                    "model": model,
+                    "size": size,
+                    "count": size // elem,
+                    "dtype": name,
+                    "time_us": usec(result.time),
+                    "algbw": gbps(result.algbw),
+                    "busbw": gbps(result.busbw),
+                    "bound_time_us": usec(bound.time),
+                    "bound_busbw": gbps(bound.busbw),
+                }
+                for size, result, bound in records
+            ]
+        )
+        return
+    last = records[-1][2]
+    out.print(
+        f"# {escape(program.collective.value)}/{escape(program.name)} on "
+        f"{escape(topology.name)} ({topology.nranks} ranks), model {escape(model)}, "
+        f"{program.nsteps} steps"
+    )
+    out.print(
+        f"# binding cut {escape(cut_names(topology, last))}: "
+        f"{number(gbps(last.cut_bandwidth))} GB/s across it"
+    )
+    for line in _table(records, name, elem):
+        out.print(line, markup=False)
+
+
+def _table(records: Iterable[tuple[int, object, Bound]], dtype: str, elem: int) -> list[str]:
+    """nccl-tests style rows: fixed-width, right-aligned columns."""
+    header = (
+        "size(B)",
+        "count",
+        "type",
+        "time(us)",
+        "algbw(GB/s)",
+        "busbw(GB/s)",
+        "bound(us)",
+        "%bound",
+    )
+    widths = (12, 12, 9, 11, 12, 12, 11, 7)
+    lines = ["#" + "".join(h.rjust(w) for h, w in zip(header, widths, strict=True))[1:]]
+    for size, result, bound in records:
+        share = bound.time / result.time * 100 if result.time > 0 else 100.0
+        cells = (
+            str(size),
+            str(size // elem),
+            dtype,
+            number(usec(result.time)),
+            number(gbps(result.algbw)),
+            number(gbps(result.busbw)),
+            number(usec(bound.time)),
+            number(share, 1),
+        )
+        lines.append("".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
+    return lines
+
+
+def bound(
+    collective: str = typer.Argument(..., help="Collective: allreduce, allgather, ..."),
+    topo: str = typer.Option(..., "--topo", "-t", help=TOPO_HELP),
+    size: str = typer.Option("1G", "--size", "-s", help="Bytes the collective moves (1G, 64K)."),
+    root: int = typer.Option(0, "--root", help="Root rank of rooted collectives."),
+    as_json: bool = typer.Option(False, "--json", help="Print the bound as JSON."),
+) -> None:
+    """Lower bound on a collective's time on a topology (cut and latency bounds).
+
+    Shows the bound time, the algbw/busbw it allows, its bandwidth and latency parts, the
+    binding cut (node names and bandwidth across it) and whether the cut search was exact.
+
+    [bold]Examples[/bold]
+
+      commflow bound allgather --topo dgx1 --size 1G
+      commflow bound alltoall --topo dgx-a100x2 --size 256M --json
+    """
+    topology = load(topo)
+    nbytes = parse_size(size)
+    b = lower_bound(collective, topology, nbytes, root=root)
+    record = {
+        "collective": b.collective.value,
+        "topology": topology.name,
+        "size": nbytes,
+        "nranks": b.nranks,
+        "time_us": usec(b.time),
+        "algbw": gbps(b.algbw),
+        "busbw": gbps(b.busbw),
+        "bandwidth_time_us": usec(b.bandwidth_time),
+        "latency_time_us": usec(b.latency_time),
+        "steps": b.steps,
+        "binding": b.binding,
+        "cut": [topology.nodes[i].name for i in b.cut],
+        "cut_bandwidth": gbps(b.cut_bandwidth),
+        "exact": b.exact,
+    }
+    if as_json:
+        echo_json(record)
+        return
+    out.print(
+        f"[bold]{escape(b.collective.value)}[/bold] of {format_size(nbytes)} "
+        f"({nbytes} B) on {escape(topology.name)} ({b.nranks} ranks)"
+    )
+    lines = [
+        ("bound", f"{number(usec(b.time))} us ({b.binding} bound)"),
+        ("algbw", f"{number(gbps(b.algbw))} GB/s"),
+        ("busbw", f"{number(gbps(b.busbw))} GB/s"),
+        ("bandwidth part", f"{number(usec(b.bandwidth_time))} us"),
+        ("latency part", f"{number(usec(b.latency_time))} us ({b.steps} rank hops)"),
+        (
+            "binding cut",
+            f"{cut_names(topology, b)}, {number(gbps(b.cut_bandwidth))} GB/s across it",
+        ),
+        ("exact", "yes" if b.exact else "no (structured candidate cuts only)"),
+    ]
+    for label, text in lines:
+        out.print(f"  {label:<15}{escape(text)}")

@@ -38,7 +38,7 @@ def show(
         return
     out.print(f"[bold]{topo.name}[/bold]")
     rank_out = summary["rank_out_bandwidth"]
-    low, high = gbps(min(rank_out)), gbps(max(rank_out))
+    low, high = min(rank_out), max(rank_out)
     rows = [
         ("ranks", str(topo.nranks)),
         ("switches", str(summary["switches"])),
@@ -62,9 +62,9 @@ def show(
     )
     for group in summary["link_groups"]:
         links.add_row(
-            number(gbps(group["bandwidth"])),
+            number(group["bandwidth"]),
             str(group["parallel"]),
-            number(usec(group["latency"])),
+            number(group["latency_us"]),
             str(group["links"]),
             ", ".join(f"{k} x{v}" for k, v in group["between"].items()),
         )
@@ -72,8 +72,9 @@ def show(
 
 
 def _summary(topo: Topology) -> dict:
+    """The summary as plain data: bandwidths in GB/s, latencies in microseconds."""
     kinds = Counter(n.kind for n in topo.nodes)
-    rank_out = [sum(link.bandwidth for link in topo.out_links(r)) for r in range(topo.nranks)]
+    rank_out = [gbps(sum(lk.bandwidth for lk in topo.out_links(r))) for r in range(topo.nranks)]
     groups: dict[tuple[float, int, float], Counter] = {}
     for link in topo.links:
         key = (link.bandwidth, link.count, link.latency)
@@ -91,9 +92,9 @@ def _summary(topo: Topology) -> dict:
         "fingerprint": fingerprint(topo),
         "link_groups": [
             {
-                "bandwidth": bw,
+                "bandwidth": gbps(bw),
                 "parallel": count,
-                "latency": lat,
+                "latency_us": usec(lat),
                 "links": sum(pairs.values()),
                 "between": dict(sorted(pairs.items())),
             }

@@ -6,9 +6,10 @@ threadblock per direction. A commflow channel may talk to several peers, so each
 of a rank is split into threadblocks (``chan=c``): one per send peer and receive peer, except
 that a send peer and a receive peer whose steps follow each other share one (``send=q
 recv=q'``), so a ring's channel stays one threadblock. A local step (copy, reduce) joins the
-threadblock of the step before it in its channel, or a local threadblock (``send=-1
-recv=-1``) when it opens the channel. Threadblock ids follow MSCCL's order: by send peer,
-receive peer, channel.
+threadblock of the step before it in its channel; local steps that open a channel join the
+threadblock of its first send or receive, and a channel without any gets a local threadblock
+(``send=-1 recv=-1``). Threadblock ids follow MSCCL's order: by send peer, receive peer,
+channel.
 
 Order is kept with MSCCL dependencies: a step depends on the previous step of its commflow
 channel when that step lives in another threadblock, and on each explicit dependency; a
@@ -159,7 +160,10 @@ class _Writer:
         for steps in groups:
             owner = self._pair_peers(steps)
             chan = self.chan[steps[0]]
-            key = (-1, -1)
+            first = next((i for i in steps if Op(self.op[i]).communicates), None)
+            key = (
+                (-1, -1) if first is None else owner[(self.op[first] == Op.SEND, self.peer[first])]
+            )
             for i in steps:
                 op = Op(self.op[i])
                 if op.communicates:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commflow.errors import AlgorithmError
-from commflow.ir import Op, ProgramBuilder, Ref, StepId
+from commflow.ir import Buffer, Op, ProgramBuilder, Ref, StepId
 
 IntLike = int | np.ndarray
 
@@ -190,6 +190,17 @@ def transfer(
     if reduce_with is None:
         return [recv(peer, d) for d in dsts]
     return [recv_reduce(peer, w, d) for w, d in zip(split(reduce_with, pieces), dsts, strict=True)]
+
+
+def copies(
+    src: Buffer,
+    src_idx: Sequence[int] | np.ndarray,
+    dst: Buffer,
+    dst_idx: Sequence[int] | np.ndarray,
+) -> list[Action]:
+    """Local copies moving chunk ``src_idx[i]`` of ``src`` to ``dst_idx[i]`` of ``dst``, one
+    copy per run contiguous on both sides."""
+    return [copy(Ref(src, s, n), Ref(dst, d, n)) for s, d, n in merge_runs(src_idx, dst_idx)]
 
 
 def _chunks(ref: Ref | None) -> Iterable[tuple[int, int]]:

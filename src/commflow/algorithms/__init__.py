@@ -4,7 +4,18 @@
 lists what is registered.
 """
 
-from commflow.algorithms import binomial_tree, double_binary_tree, hierarchical, torus2d  # noqa: F401
+from commflow.algorithms import (  # noqa: F401 (imported to register the families)
+    binomial_tree,
+    bruck,
+    direct,
+    double_binary_tree,
+    halving_doubling,
+    hierarchical,
+    pairwise,
+    recursive_doubling,
+    ring,
+    torus2d,
+)
 from commflow.algorithms.registry import Algorithm, available, build, get, register
 
 __all__ = ["Algorithm", "available", "build", "get", "register"]

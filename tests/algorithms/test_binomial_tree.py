@@ -100,6 +100,12 @@ def test_pipelined_broadcast_forwards_each_piece_before_the_next_arrives():
     ]
 
 
+@pytest.mark.parametrize("coll", [*ROOTED, "allreduce"])
+def test_channel_ids_are_the_data_channels(coll):
+    program = build(coll, "binomial_tree", 6, root=None if coll == "allreduce" else 2, channels=3)
+    assert set(program.table.chan.tolist()) == {0, 1, 2}
+
+
 def test_one_rank_only_copies():
     for coll in ("broadcast", "reduce", "gather", "scatter", "allreduce"):
         program = build(coll, "binomial_tree", 1, chunks=2, channels=2)

@@ -106,6 +106,8 @@ def test_pipelined_two_trees_beat_one_binomial_tree():
 
 @pytest.mark.parametrize("p", [2, 5, 10])
 @pytest.mark.parametrize("coll", ["broadcast", "reduce", "allreduce"])
-def test_numeric(coll, p):
+def test_numeric_and_one_channel_per_data_channel(coll, p):
     for root in [None] if coll == "allreduce" else [0, p - 1]:
-        check_numerically(build(coll, "double_binary_tree", p, root=root, chunks=3, channels=2))
+        program = build(coll, "double_binary_tree", p, root=root, chunks=3, channels=2)
+        assert set(program.table.chan.tolist()) == {0, 1}  # both trees share each channel
+        check_numerically(program)

@@ -138,5 +138,7 @@ def test_ring_actions_pipeline_and_read_the_given_source():
 
 @pytest.mark.parametrize(("p", "box"), [(1, 1), (6, 2), (6, 3), (7, 1), (12, 4)])
 def test_numeric(p, box):
-    check_numerically(build("allreduce", "hierarchical", p, box=box, chunks=2, channels=2))
+    program = build("allreduce", "hierarchical", p, box=box, chunks=2, channels=2)
+    assert set(program.table.chan.tolist()) == {0, 1}
+    check_numerically(program)
     check_numerically(build("allreduce", "hierarchical", p, box=box), seed=1)

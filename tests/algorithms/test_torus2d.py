@@ -59,4 +59,6 @@ def test_bad_rows_are_rejected():
 
 @pytest.mark.parametrize(("p", "rows"), [(6, 2), (9, 3), (10, 5)])
 def test_numeric(p, rows):
-    check_numerically(build("allreduce", "torus2d", p, rows=rows, chunks=2, channels=2))
+    program = build("allreduce", "torus2d", p, rows=rows, chunks=2, channels=2)
+    assert set(program.table.chan.tolist()) == {0, 1}
+    check_numerically(program)

@@ -112,9 +112,9 @@ def binomial_tree(nranks: int, root: int) -> Tree:
 
 
 def broadcast_actions(tree: Tree, rank: int, piece: Ref, source: Buffer) -> list[Action]:
-    """``rank``'s steps to broadcast chunks ``piece`` down ``tree``: the root sends them from
-    its ``source`` buffer, every other rank receives them into its output and forwards them
-    to its children."""
+    """``rank``'s steps to broadcast the chunks of ``piece`` (index and count; its buffer is
+    not used) down ``tree``: the root sends them from its ``source`` buffer, every other rank
+    receives them into its output and forwards them to its children."""
     data = (
         Ref(source, piece.index, piece.count)
         if rank == tree.root
@@ -125,11 +125,11 @@ def broadcast_actions(tree: Tree, rank: int, piece: Ref, source: Buffer) -> list
 
 
 def reduce_actions(tree: Tree, rank: int, piece: Ref, partial: Buffer) -> list[Action]:
-    """``rank``'s steps to sum input chunks ``piece`` over all ranks into the root's output
-    up ``tree``: an inner rank accumulates its children's pieces in its ``partial`` buffer
-    (same chunk indices) and sends the sum to its parent; a root without children copies its
-    input."""
-    acc = piece if rank == tree.root else Ref(partial, piece.index, piece.count)
+    """``rank``'s steps to sum the input chunks of ``piece`` (index and count) over all ranks
+    into the root's output up ``tree``: an inner rank accumulates its children's pieces in
+    its ``partial`` buffer (same chunk indices) and sends the sum to its parent; a root
+    without children copies its input."""
+    acc = Ref(Buffer.OUTPUT if rank == tree.root else partial, piece.index, piece.count)
     data = inp(piece.index, piece.count)
     actions = []
     for child in reversed(tree.children[rank]):
@@ -182,16 +182,16 @@ def tree_program(
         pieces = [
             (t, out(layout.index(0, c, t, k))) for k in range(chunks) for t in range(len(trees))
         ]
-        early = [(trees[t], piece) for t, piece in pieces if t in aside]
-        late = [(trees[t], piece) for t, piece in pieces if t not in aside]
+        apart = [(trees[t], piece) for t, piece in pieces if t in aside]
+        rest = [(trees[t], piece) for t, piece in pieces if t not in aside]
         actions: list[Action] = []
         if collective is not Collective.BROADCAST:
             partial = Buffer.OUTPUT if allreduce else Buffer.SCRATCH
-            for tree, piece in early + late:
+            for tree, piece in apart + rest:
                 actions += reduce_actions(tree, rank, piece, partial)
         if collective is not Collective.REDUCE:
             source = Buffer.OUTPUT if allreduce else Buffer.INPUT
-            for tree, piece in late + early:
+            for tree, piece in rest + apart:
                 actions += broadcast_actions(tree, rank, piece, source)
         if collective is Collective.BROADCAST and rank == root:
             own = layout.index(0, c)

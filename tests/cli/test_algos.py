@@ -20,7 +20,12 @@ def test_json_for_one_collective(commflow):
     assert [r["key"] for r in records] == [a.key for a in want]
     for record, algo in zip(records, want, strict=True):
         assert record["summary"] == algo.summary
-        assert record["params"] == ["chunks", "channels", "root", *algo.params]
+        assert record["params"] == ["chunks", "channels", *algo.params]
+
+
+def test_rooted_collectives_take_a_root(commflow):
+    records = json.loads(commflow("algos", "broadcast", "--json").stdout)
+    assert records and all(r["params"][:3] == ["chunks", "channels", "root"] for r in records)
 
 
 def test_unknown_collective(commflow):

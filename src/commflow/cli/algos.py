@@ -7,8 +7,8 @@ import typer
 from commflow.algorithms import available
 from commflow.cli._output import echo_json, out, table
 
-COMMON_PARAMS = ("chunks", "channels", "root")
-"""Parameters every algorithm takes (``root`` only matters for rooted collectives)."""
+COMMON_PARAMS = ("chunks", "channels")
+"""Parameters every algorithm takes (rooted collectives also take ``root``)."""
 
 
 def algos(
@@ -38,7 +38,11 @@ def algos(
                     "collective": a.collective.value,
                     "name": a.name,
                     "summary": a.summary,
-                    "params": [*COMMON_PARAMS, *a.params],
+                    "params": [
+                        *COMMON_PARAMS,
+                        *(("root",) if a.collective.rooted else ()),
+                        *a.params,
+                    ],
                 }
                 for a in algorithms
             ]

@@ -18,8 +18,13 @@ TOPO_HELP = "Topology: preset name (see `commflow topo list`) or file."
 
 
 def cut_names(topology: Topology, bound: Bound) -> str:
-    """The binding cut's node names, e.g. ``{box0.gpu0, box0.gpu1}``."""
-    return "{" + ", ".join(topology.nodes[i].name for i in bound.cut) + "}"
+    """The binding cut's node names, ``{box0.gpu0, box0.gpu1}``; a cut holding more than half
+    the nodes is written by its complement, ``all but {box0.gpu0}``."""
+    inside = set(bound.cut)
+    if 2 * len(inside) <= topology.nnodes:
+        return "{" + ", ".join(topology.nodes[i].name for i in bound.cut) + "}"
+    rest = [n.name for n in topology.nodes if n.id not in inside]
+    return "all but {" + ", ".join(rest) + "}"
 
 
 def sim(

@@ -78,7 +78,7 @@ def test_sim_table_rows(commflow):
         lines[0] == f"# allreduce/{ALGO} on dgx1 (8 ranks), model alphabeta, "
         f"{build('allreduce', ALGO, 8).nsteps} steps"
     )
-    assert lines[1].startswith("# binding cut {box0.")
+    assert lines[1] == "# binding cut all but {box0.gpu0}: 150.00 GB/s across it"
     assert lines[2].split() == [
         "#",
         "size(B)",

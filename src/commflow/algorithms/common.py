@@ -9,8 +9,10 @@
 - :class:`Fold`: rank relabelling for non-power-of-two recursive algorithms (Thakur,
   Rabenseifner & Gropp 2005): the first ``2*extra`` ranks pair up, the even rank of each pair
   hands its data to the odd one and sits out.
-- :class:`Action` and :func:`emit_eager`: a channel's steps written in logical order, emitted
-  with every send moved as early as its data allows, so log-step algorithms pipeline.
+- :class:`Action` (made by :func:`send`, :func:`recv`, :func:`recv_reduce`, :func:`copy`,
+  :func:`transfer` for a message cut into pieces, :func:`copies` for merged local copies) and
+  :func:`emit_eager`: a channel's steps written in logical order, emitted with every send
+  moved as early as its data allows, so that pipelined pieces are forwarded on arrival.
 """
 
 from __future__ import annotations

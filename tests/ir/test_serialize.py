@@ -236,8 +236,9 @@ def test_not_json_and_not_an_object():
         from_json("[]")
 
 
-def test_unserializable_param_is_reported():
-    b = ProgramBuilder(Collective.ALLGATHER, 1, chunk_factor=1, name="p", params={"f": object()})
+@pytest.mark.parametrize("value", [object(), float("nan")])
+def test_unserializable_param_is_reported(value):
+    b = ProgramBuilder(Collective.ALLGATHER, 1, chunk_factor=1, name="p", params={"f": value})
     b.copy(0, inp(0), out(0))
     with pytest.raises(ProgramError, match="p: a parameter has no JSON form"):
         to_json(b.build())
@@ -254,6 +255,9 @@ def test_save_and_load(tmp_path):
         load_program(tmp_path / "missing.json")
     with pytest.raises(ProgramError, match="cannot write program file"):
         save_program(ring_allreduce(3), tmp_path / "no" / "dir.json")
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ProgramError, match="binary.json is not a text file"):
+        load_program(tmp_path / "binary.json")
 
 
 def test_hundred_thousand_steps_round_trip():

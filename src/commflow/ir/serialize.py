@@ -43,30 +43,15 @@ FORMAT = "commflow.program"
 VERSION = 1
 """Schema version written by :func:`to_json` and the only one :func:`from_json` reads."""
 
-_OP_NAMES = {
-    Op.SEND: "send",
-    Op.RECV: "recv",
-    Op.RECV_REDUCE: "recv_reduce",
-    Op.COPY: "copy",
-    Op.REDUCE: "reduce",
-}
+_OP_NAMES = {op: op.name.lower() for op in Op}
 _OPS = {name: op for op, name in _OP_NAMES.items()}
 _OP_SPECS = {
     name: (int(op), op.communicates, op.reads_src, op.writes_dst) for name, op in _OPS.items()
 }
 _BUFFER_IDS = {b.label: int(b) for b in Buffer}
 _KINDS = {k.name.lower(): k for k in ParticipantKind}
-_TOP_FIELDS = (
-    "format",
-    "version",
-    "name",
-    "collective",
-    "nranks",
-    "chunk_factor",
-    "root",
-    "params",
-    "participants",
-)
+_TOP_FIELDS = ("format", "version", "name", "collective", "nranks", "chunk_factor", "root",
+               "params", "participants")  # fmt: skip
 _STEP_FIELDS = ("op", "peer", "src", "dst", "deps")
 _STEP_KEYS = dict.fromkeys(_STEP_FIELDS).keys()
 _INT_MAX = 2**31 - 1
@@ -83,7 +68,7 @@ def to_json(program: Program, *, indent: int | None = None) -> str:
         _refs(buf.tolist(), off.tolist(), counts)
         for buf, off in ((t.src_buf, t.src_off), (t.dst_buf, t.dst_off))
     ]
-    names = [_OP_NAMES[op] for op in sorted(_OP_NAMES)]
+    names = list(_OP_NAMES.values())
     dep_ptr = t.dep_ptr.tolist()
     dep_pairs = [
         list(d)
@@ -118,11 +103,11 @@ def to_json(program: Program, *, indent: int | None = None) -> str:
         "participants": participants,
     }
     try:
-        return json.dumps(doc, indent=indent)
+        return json.dumps(doc, indent=indent, allow_nan=False)
     except (TypeError, ValueError) as err:
         raise ProgramError(
-            f"{program.name}: a parameter has no JSON form ({err}); keep params to numbers, "
-            "strings, booleans, null and lists of them"
+            f"{program.name}: a parameter has no JSON form ({err}); keep params to finite "
+            "numbers, strings, booleans, null and lists of them"
         ) from None
 
 
@@ -164,6 +149,8 @@ def load_program(path: str | Path) -> Program:
         text = Path(path).read_text()
     except OSError as err:
         raise ProgramError(f"cannot read program file {path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise ProgramError(f"{path} is not a text file; give a JSON program file") from None
     try:
         return from_json(text)
     except ProgramError as err:
@@ -203,14 +190,8 @@ def _int(value: object, path: str, minimum: int = 0) -> int:
 def _kind(value: object) -> str:
     if value is None:
         return "null"
-    names = {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "an object",
-    }
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "a list", dict: "an object"}  # fmt: skip
     return f"{names.get(type(value), type(value).__name__)} {json.dumps(value)[:40]}"
 
 

@@ -1,7 +1,10 @@
 """Hierarchical allreduce (Jia et al. 2018, "Highly scalable deep learning training system
-with mixed-precision"; NCCL's trees over rings), and the ring phases it is built from.
+with mixed-precision"), and the ring phases it is built from.
 
-Ranks form boxes of ``box`` consecutive ranks (``box`` divides p; ``g = p/box`` boxes):
+Jia et al. reduce inside each group to a master, allreduce among the masters and broadcast
+back; here every rank of a box masters one shard instead (the decomposition of BlueConnect,
+Cho et al. 2019), so all ranks share the inter-box work. Ranks form boxes of ``box``
+consecutive ranks (``box`` divides p; ``g = p/box`` boxes):
 
 1. reduce-scatter around a ring inside each box: local rank ``j`` ends with shard ``j``
    (``1/box`` of the data) summed over its box;

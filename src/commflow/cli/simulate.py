@@ -10,7 +10,7 @@ from rich.progress import Progress
 
 from commflow.algorithms import build as build_program
 from commflow.cli._output import dtype_size, echo_json, err, gbps, number, out, parse_params, usec
-from commflow.sim import Bound, lower_bound, simulate
+from commflow.sim import Bound, SimResult, lower_bound, simulate
 from commflow.topology import Topology, load
 from commflow.units import format_size, parse_size, size_range
 
@@ -112,18 +112,10 @@ def sim(
         out.print(line, markup=False)
 
 
-def _table(records: Iterable[tuple[int, object, Bound]], dtype: str, elem: int) -> list[str]:
+def _table(records: Iterable[tuple[int, SimResult, Bound]], dtype: str, elem: int) -> list[str]:
     """nccl-tests style rows: fixed-width, right-aligned columns."""
-    header = (
-        "size(B)",
-        "count",
-        "type",
-        "time(us)",
-        "algbw(GB/s)",
-        "busbw(GB/s)",
-        "bound(us)",
-        "%bound",
-    )
+    header = ("size(B)", "count", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+              "bound(us)", "%bound")  # fmt: skip
     widths = (12, 12, 9, 11, 12, 12, 11, 7)
     lines = ["#" + "".join(h.rjust(w) for h, w in zip(header, widths, strict=True))[1:]]
     for size, result, bound in records:

@@ -55,7 +55,9 @@ def check_structure(program: Program, algo: ET.Element) -> None:
     t = program.table
     assert int(algo.get("ngpus")) == program.nranks
     assert int(algo.get("nchannels")) == int(t.chan.max()) + 1
-    assert int(algo.get("nchunksperloop")) == max(program.expected_buffers())
+    rooted_blocks = program.collective in (Collective.GATHER, Collective.SCATTER)
+    per_loop = program.chunk_factor if rooted_blocks else max(program.expected_buffers())
+    assert int(algo.get("nchunksperloop")) == per_loop
     assert (algo.get("proto"), algo.get("inplace"), algo.get("outofplace")) == ("Simple", "0", "1")
     gpus = algo.findall("gpu")
     assert [int(g.get("id")) for g in gpus] == list(range(program.nranks))
@@ -257,7 +259,8 @@ def test_gather_needs_the_rccl_runtime():
     program = b.build()
     with pytest.raises(ProgramError, match="msccl runtime has no gather collective; try "):
         to_msccl_xml(program)
-    assert parse(to_msccl_xml(program, runtime="rccl")).get("coll") == "gather"
+    algo = parse(to_msccl_xml(program, runtime="rccl"))
+    assert (algo.get("coll"), algo.get("nchunksperloop")) == ("gather", "1")
 
 
 def test_switch_programs_are_rejected():

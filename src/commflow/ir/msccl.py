@@ -27,6 +27,9 @@ NCCL 2.12, ``MSCCL_XML_FILES``) calls reduce-scatter ``reduce_scatter`` and has 
 scatter; ``runtime="rccl"`` (RCCL and msccl-executor-nccl, ``MSCCL_ALGO_DIR``) calls it
 ``reducescatter`` and accepts ``gather`` and ``scatter``. Both get ``minBytes``/``maxBytes``
 (any size) and ``inplace="0" outofplace="1"``: commflow programs are out of place.
+``nchunksperloop`` counts the chunks in the elements the runtime divides among them
+(``count`` times its size multiplier): the larger of a rank's input and output, or one block
+(``chunk_factor`` chunks) for gather and scatter, whose ``count`` is one rank's block.
 """
 
 from __future__ import annotations
@@ -110,12 +113,20 @@ def to_msccl_xml(program: Program, *, runtime: Runtime = "msccl", proto: str = "
     lines = [
         f'<algo name={quoteattr(program.name)} proto="{proto}" '
         f'nchannels="{int(t.chan.max()) + 1 if len(t) else 1}" '
-        f'nchunksperloop="{max(program.expected_buffers())}" ngpus="{program.nranks}" '
+        f'nchunksperloop="{_chunks_per_loop(program)}" ngpus="{program.nranks}" '
         f'coll="{coll}" inplace="0" outofplace="1" minBytes="0" maxBytes="{_MAX_BYTES}">'
     ]
     _Writer(program).write(lines)
     lines.append("</algo>\n")
     return "\n".join(lines)
+
+
+def _chunks_per_loop(program: Program) -> int:
+    """Chunks in the ``count x sizeMultiplier`` elements the runtime splits: a rank's whole
+    input or output, except for gather and scatter, whose count is one rank's block."""
+    if program.collective in (Collective.GATHER, Collective.SCATTER):
+        return program.chunk_factor
+    return max(program.expected_buffers())
 
 
 class _Writer:

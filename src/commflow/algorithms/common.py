@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,12 +205,6 @@ def copies(
     return [copy(Ref(src, s, n), Ref(dst, d, n)) for s, d, n in merge_runs(src_idx, dst_idx)]
 
 
-def _chunks(ref: Ref | None) -> Iterable[tuple[int, int]]:
-    if ref is None:
-        return ()
-    return ((int(ref.buffer), i) for i in range(ref.index, ref.index + ref.count))
-
-
 def emit_eager(
     builder: ProgramBuilder, rank: int, channel: int, actions: Sequence[Action]
 ) -> list[StepId]:
@@ -221,16 +215,17 @@ def emit_eager(
     order, so FIFO matching per peer is unchanged, and no send overtakes a step that writes
     data it reads. Returns the step ids in emitted order.
     """
-    last_write: dict[tuple[int, int], int] = {}
+    refs = [r for a in actions for r in (a.src, a.dst) if r is not None]
+    size = max((r.index + r.count for r in refs), default=0)
+    last_write = np.full((len(Buffer), size), -1, dtype=np.int64)
     sends: list[tuple[int, Action]] = []
     others: list[Action] = []
     for a in actions:
         if a.op is Op.SEND:
-            ready = max((last_write.get(c, -1) for c in _chunks(a.src)), default=-1)
+            ready = int(last_write[a.src.buffer, a.src.index : a.src.index + a.src.count].max())
             sends.append((ready, a))
         else:
-            for c in _chunks(a.dst):
-                last_write[c] = len(others)
+            last_write[a.dst.buffer, a.dst.index : a.dst.index + a.dst.count] = len(others)
             others.append(a)
     ids: list[StepId] = []
     j = 0

@@ -1,0 +1,34 @@
+"""Real collectives between processes: shared memory inside a host.
+
+``comm = commflow.runtime.init()`` joins the job described by the environment (commflow's
+launcher, torchrun or mpirun); the :class:`Communicator` runs any verified program of
+:mod:`commflow.algorithms` (``algo=`` names one, ``"auto"`` chooses).
+"""
+
+from commflow.runtime.communicator import Communicator, Handle
+from commflow.runtime.errors import (
+    CommAbortedError,
+    CommError,
+    CommMismatchError,
+    CommProtocolError,
+    CommTimeoutError,
+)
+from commflow.runtime.init import DEFAULT_TIMEOUT, init
+from commflow.runtime.ops import OPS, dtype_of
+from commflow.runtime.world import WorldSpec, detect_world
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "OPS",
+    "CommAbortedError",
+    "CommError",
+    "CommMismatchError",
+    "CommProtocolError",
+    "CommTimeoutError",
+    "Communicator",
+    "Handle",
+    "WorldSpec",
+    "detect_world",
+    "dtype_of",
+    "init",
+]

@@ -1,0 +1,317 @@
+"""The communicator: collectives and point-to-point messages between the ranks of a job.
+
+Shapes follow torch.distributed: ``allgather`` concatenates the ranks' inputs along the first
+axis in rank order, ``reduce_scatter`` takes nranks times the output's first axis and returns
+this rank's block, ``alltoall`` splits the first axis into nranks blocks, block j to rank j.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from commflow.collectives import Collective
+from commflow.errors import CommflowError
+from commflow.runtime import fastpath, programs
+from commflow.runtime.arrays import as_numpy, flat, like
+from commflow.runtime.errors import CommTimeoutError
+from commflow.runtime.executor import run_plan
+from commflow.runtime.ops import finish, reducer
+from commflow.runtime.protocol import Signature
+from commflow.runtime.transport.shm import ShmTransport
+from commflow.runtime.world import WorldSpec
+
+P2P_CHANNEL = 1 << 30
+"""Channel id reserved for point-to-point messages."""
+
+
+class Handle:
+    """An operation started with ``async_op=True``."""
+
+    def __init__(self, future: Future, result) -> None:
+        self._future = future
+        self._result = result
+
+    def wait(self, timeout: float | None = None):
+        """Block until the operation is done (at most ``timeout`` seconds, else
+        ``CommTimeoutError``); returns its result; re-raises its error."""
+        try:
+            self._future.result(timeout)
+        except TimeoutError:
+            raise CommTimeoutError(f"async operation not done after {timeout} s", op="wait",
+                                   seq=-1, peers=()) from None
+        return self._result
+
+    def is_completed(self) -> bool:
+        """Whether the operation has finished (successfully or not)."""
+        return self._future.done()
+
+
+@dataclass
+class _Call:
+    collective: Collective
+    send: np.ndarray
+    recv: np.ndarray
+    unit: int
+    op: str
+    root: int
+    algo: str
+
+
+class Communicator:
+    """A group of ranks that run collectives together. Create with :func:`commflow.init`."""
+
+    def __init__(self, spec: WorldSpec, transport: ShmTransport, *, timeout: float,
+                 ranks: list[int] | None = None, comm_id: int = 0) -> None:
+        self.spec = spec
+        self.transport = transport
+        self.timeout = timeout
+        self.ranks = ranks or list(range(spec.size))
+        self.comm_id = comm_id
+        self._seq = 0
+        self._p2p: dict[tuple[int, bool], int] = {}
+        self._worker: ThreadPoolExecutor | None = None
+        self._scratch_buffers: dict[str, np.ndarray] = {}
+        world = self.ranks == list(range(spec.size)) and spec.local_size == spec.size
+        self._fast = fastpath.SharedBufferPaths(
+            lambda seq, sig, dt: transport.endpoint(seq, sig, dt, self.ranks, comm_id),
+            self.size, self.rank) if world and transport.host.layout.stage_bytes else None
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the communicator."""
+        return self.ranks.index(self.spec.rank)
+
+    @property
+    def size(self) -> int:
+        """Number of ranks in the communicator."""
+        return len(self.ranks)
+
+    @property
+    def local_rank(self) -> int:
+        """Rank among this host's ranks."""
+        return self.spec.local_rank
+
+    @property
+    def local_size(self) -> int:
+        """Number of ranks on this host."""
+        return self.spec.local_size
+
+    # -- collectives ----------------------------------------------------------------------
+    def allreduce(self, x, op: str = "sum", *, algo: str = "auto", out=None,
+                  async_op: bool = False, timeout: float | None = None):
+        """Reduce ``x`` over all ranks into ``out`` (a new array if ``None``; ``out=x`` for
+        in-place). Returns ``out`` (or a :class:`Handle` when ``async_op``)."""
+        a = as_numpy(x, "allreduce input")
+        out = like(x, a.shape) if out is None else out
+        b = self._output(out, a.shape, a.dtype, "allreduce")
+        return self._submit(_Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,
+                            async_op, timeout)
+
+    def allgather(self, x, *, algo: str = "auto", out=None, async_op: bool = False,
+                  timeout: float | None = None):
+        """Concatenate every rank's ``x`` along the first axis, in rank order."""
+        a = as_numpy(x, "allgather input")
+        shape = (self.size * (a.shape[0] if a.ndim else 1), *a.shape[1:])
+        out = like(x, shape) if out is None else out
+        b = self._output(out, shape, a.dtype, "allgather")
+        return self._submit(_Call(Collective.ALLGATHER, a, b, a.size, "sum", 0, algo), out,
+                            async_op, timeout)
+
+    def reduce_scatter(self, x, op: str = "sum", *, algo: str = "auto", out=None,
+                       async_op: bool = False, timeout: float | None = None):
+        """Reduce ``x`` over all ranks and return this rank's block of the first axis."""
+        a = as_numpy(x, "reduce_scatter input")
+        shape = (self._blocks(a, "reduce_scatter"), *a.shape[1:])
+        out = like(x, shape) if out is None else out
+        b = self._output(out, shape, a.dtype, "reduce_scatter")
+        return self._submit(_Call(Collective.REDUCESCATTER, a, b, b.size, op, 0, algo), out,
+                            async_op, timeout)
+
+    def alltoall(self, x, *, algo: str = "auto", out=None, async_op: bool = False,
+                 timeout: float | None = None):
+        """Send block j of ``x``'s first axis to rank j; block i of the result is rank i's."""
+        a = as_numpy(x, "alltoall input")
+        self._blocks(a, "alltoall")
+        out = like(x, a.shape) if out is None else out
+        b = self._output(out, a.shape, a.dtype, "alltoall")
+        return self._submit(_Call(Collective.ALLTOALL, a, b, a.size // self.size, "sum", 0,
+                                  algo), out, async_op, timeout)
+
+    def broadcast(self, x, root: int = 0, *, algo: str = "auto", async_op: bool = False,
+                  timeout: float | None = None):
+        """Copy root's ``x`` into every rank's ``x`` (in place); returns ``x``."""
+        a = as_numpy(x, "broadcast buffer")
+        self._check_root(root)
+        send = a if self.rank == root else np.empty(0, a.dtype)
+        return self._submit(_Call(Collective.BROADCAST, send, a, a.size, "sum", root, algo), x,
+                            async_op, timeout)
+
+    def reduce(self, x, root: int = 0, op: str = "sum", *, algo: str = "auto",
+               async_op: bool = False, timeout: float | None = None):
+        """Reduce every rank's ``x`` into root's ``x`` (in place there); returns ``x``."""
+        a = as_numpy(x, "reduce buffer")
+        self._check_root(root)
+        recv = a if self.rank == root else np.empty_like(a)
+        return self._submit(_Call(Collective.REDUCE, a, recv, a.size, op, root, algo), x,
+                            async_op, timeout)
+
+    def gather(self, x, root: int = 0, *, algo: str = "auto", out=None,
+               async_op: bool = False, timeout: float | None = None):
+        """Concatenate every rank's ``x`` at ``root`` (returns the result there, None
+        elsewhere)."""
+        a = as_numpy(x, "gather input")
+        self._check_root(root)
+        shape = (self.size * (a.shape[0] if a.ndim else 1), *a.shape[1:])
+        if self.rank == root:
+            out = like(x, shape) if out is None else out
+            b = self._output(out, shape, a.dtype, "gather")
+        else:
+            out, b = None, np.empty(0, a.dtype)
+        return self._submit(_Call(Collective.GATHER, a, b, a.size, "sum", root, algo), out,
+                            async_op, timeout)
+
+    def scatter(self, x, root: int = 0, *, algo: str = "auto", out=None,
+                async_op: bool = False, timeout: float | None = None):
+        """Split root's ``x`` along the first axis, block j to rank j; every rank passes an
+        ``x`` of the same shape (used only at root) and gets its block."""
+        a = as_numpy(x, "scatter input")
+        self._check_root(root)
+        shape = (self._blocks(a, "scatter"), *a.shape[1:])
+        out = like(x, shape) if out is None else out
+        b = self._output(out, shape, a.dtype, "scatter")
+        send = a if self.rank == root else np.empty(0, a.dtype)
+        return self._submit(_Call(Collective.SCATTER, send, b, b.size, "sum", root, algo), out,
+                            async_op, timeout)
+
+    def barrier(self, *, timeout: float | None = None) -> None:
+        """Return once every rank has called ``barrier``."""
+        token = np.zeros(1, np.uint8)
+        self.allreduce(token, "max", algo="direct", out=token, timeout=timeout)
+
+    # -- point to point -------------------------------------------------------------------
+    def send(self, x, dst: int, *, async_op: bool = False, timeout: float | None = None):
+        """Send ``x`` to rank ``dst`` (matched in order with ``dst``'s ``recv`` from us)."""
+        a = as_numpy(x, "send buffer")
+        return self._point(a, dst, True, x, async_op, timeout)
+
+    def recv(self, x, src: int, *, async_op: bool = False, timeout: float | None = None):
+        """Receive into ``x`` from rank ``src``; the sizes and dtypes must match."""
+        a = as_numpy(x, "recv buffer")
+        return self._point(a, src, False, x, async_op, timeout)
+
+    # -- machinery --------------------------------------------------------------------------
+    def _output(self, out, shape, dtype, what: str) -> np.ndarray:
+        b = as_numpy(out, f"{what} output")
+        if tuple(b.shape) != tuple(shape) or b.dtype != dtype:
+            raise CommflowError(f"{what} on rank {self.rank}: output must have shape "
+                                f"{tuple(shape)} and dtype {dtype}, got {tuple(b.shape)} "
+                                f"{b.dtype}")
+        return b
+
+    def _blocks(self, a: np.ndarray, what: str) -> int:
+        if a.ndim == 0 or a.shape[0] % self.size:
+            raise CommflowError(f"{what} on rank {self.rank}: the first axis ({a.shape[:1]}) "
+                                f"must divide into {self.size} equal blocks")
+        return a.shape[0] // self.size
+
+    def _check_root(self, root: int) -> None:
+        if not 0 <= root < self.size:
+            raise CommflowError(f"root {root} is outside ranks 0..{self.size - 1}")
+
+    def _submit(self, call: _Call, result, async_op: bool, timeout: float | None):
+        programs.check_algorithm(call.collective, call.algo)
+        reducer(call.op, call.send.dtype)
+        return self._dispatch(lambda: self._run(call, timeout), result, async_op)
+
+    def _dispatch(self, work: Callable[[], None], result, async_op: bool):
+        """Run ``work`` now, or on the communicator's worker thread once async operations
+        were used (one thread, first in first out, so every rank keeps the same order)."""
+        if not async_op and self._worker is None:
+            work()
+            return result
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="commflow")
+        handle = Handle(self._worker.submit(work), result)
+        return handle if async_op else handle.wait()
+
+    def _next_seq(self) -> int:
+        seq = self._seq
+        self._seq += 1
+        return seq
+
+    def _deadline(self, timeout: float | None) -> float:
+        return time.monotonic() + (self.timeout if timeout is None else timeout)
+
+    def _scratch(self, elements: int, dtype: np.dtype) -> np.ndarray:
+        key = dtype.str
+        buf = self._scratch_buffers.get(key)
+        if buf is None or len(buf) < elements:
+            buf = np.empty(elements, dtype)
+            self._scratch_buffers[key] = buf
+        return buf
+
+    def _run(self, call: _Call, timeout: float | None) -> None:
+        seq = self._next_seq()
+        coll = call.collective
+        dtype = call.send.dtype
+        nbytes = call.unit * dtype.itemsize
+        name = programs.choose(coll, self.size, max(call.send.nbytes, call.recv.nbytes),
+                               call.algo)
+        root = call.root if coll.rooted else None
+        send, recv = flat(call.send), flat(call.recv)
+        if coll is not Collective.BROADCAST and np.shares_memory(send, recv):
+            send = send.copy()
+        signature = Signature("collective", coll.value, dtype.name, nbytes, call.op,
+                              call.root, name)
+        reduce = reducer(call.op, dtype)
+        if name == fastpath.NAME:
+            if self._fast is None:
+                raise CommflowError(f"algo {name!r} runs only on the world communicator of "
+                                    f"one host; use a program algorithm here")
+            self._fast.run(coll, send, recv, call.unit, reduce, call.root, seq=seq,
+                           signature=signature, deadline=self._deadline(timeout))
+        else:
+            plan = programs.rank_plan(coll, name, self.size, root, self.rank, call.unit)
+            what = f"{coll.value} #{seq} ({name}) on rank {self.rank}"
+            endpoint = self.transport.endpoint(seq, signature, dtype, self.ranks, self.comm_id)
+            run_plan(plan, (send, recv, self._scratch(plan.scratch_elements, dtype)), endpoint,
+                     reduce, deadline=self._deadline(timeout), what=what, seq=seq)
+        if coll.reduces and (coll is not Collective.REDUCE or self.rank == call.root):
+            finish(call.op, recv, self.size)
+
+    def _point(self, a: np.ndarray, peer: int, sending: bool, result, async_op: bool,
+               timeout: float | None):
+        if not 0 <= peer < self.size or peer == self.rank:
+            raise CommflowError(f"{'send' if sending else 'recv'} on rank {self.rank}: peer "
+                                f"{peer} must be another rank in 0..{self.size - 1}")
+
+        def work() -> None:
+            count = self._p2p.get((peer, sending), 0)
+            self._p2p[(peer, sending)] = count + 1
+            signature = Signature("p2p", "sendrecv", a.dtype.name, a.nbytes, "none", 0, "p2p")
+            endpoint = self.transport.endpoint(count, signature, a.dtype, self.ranks,
+                                               self.comm_id)
+            data = flat(a)
+            if sending:
+                pending = endpoint.start_send(peer, P2P_CHANNEL, [data])
+            else:
+                def sink(offset: int, chunk: np.ndarray) -> None:
+                    data[offset:offset + len(chunk)] = chunk
+                pending = endpoint.start_recv(peer, P2P_CHANNEL, data.size, sink)
+            what = f"{'send to' if sending else 'recv from'} rank {peer} #{count}"
+            deadline = self._deadline(timeout)
+            rounds = 0
+            while not pending.poll():
+                rounds += 1
+                if time.monotonic() > deadline:
+                    raise CommTimeoutError(f"{what} on rank {self.rank}: timed out; rank {peer} "
+                                           f"never matched it", op=what, seq=count,
+                                           peers=(peer,))
+                endpoint.idle(rounds, deadline)
+
+        return self._dispatch(work, result, async_op)

@@ -1,0 +1,136 @@
+"""Shared-buffer fast paths for the ranks of one host (``algo="shm"``).
+
+Each rank copies its data into its own staging area in the host's segment and raises a flag;
+once every rank's flag is up, rank r reduces block r of every rank's stage in place (own data
+first, then the others by rank, so every element is reduced once, in a fixed order) and raises
+a second flag; then every rank copies the reduced blocks out (reduce-scatter: rank r reduces
+straight into its output; allgather/broadcast: one flag, then copies out). That is the two-shot
+reduce-scatter + allgather of the ``direct`` family, with the messages replaced by loads from
+shared memory: per byte, one copy in, one read of every stage for the reduction and one copy
+out. Staging areas are double-buffered: a half is refilled only after every rank raised a flag
+for the following segment, i.e. finished reading the half. Flags carry the operation's
+sequence number and signature: ranks that called different operations abort with
+``CommMismatchError``.
+
+Applies to the world communicator when all its ranks share one host.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from commflow.collectives import Collective
+from commflow.runtime.errors import CommMismatchError, CommTimeoutError
+from commflow.runtime.ops import Reducer
+from commflow.runtime.protocol import Signature
+from commflow.runtime.transport.shm import ABORT_MISMATCH, ShmEndpoint
+
+NAME = "shm"
+COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER,
+               Collective.BROADCAST)
+SUMMARY = ("shared staging buffers: copy in, reduce block r on rank r, copy out "
+           "(two-shot RS+AG through memory); one host, world communicator")
+
+
+class SharedBufferPaths:
+    """The fast paths of one rank over its host's staging areas."""
+
+    def __init__(self, endpoint_factory: Callable[[int, Signature, np.dtype], ShmEndpoint],
+                 nranks: int, rank: int) -> None:
+        self.endpoint_factory = endpoint_factory
+        self.n = nranks
+        self.me = rank
+        self.epoch = 0
+        self.segments = 0
+
+    def run(self, collective: Collective, send: np.ndarray, recv: np.ndarray, unit: int,
+            reduce: Reducer, root: int, *, seq: int, signature: Signature,
+            deadline: float) -> None:
+        """Run ``collective`` on flat arrays (shapes as the communicator passes them)."""
+        endpoint = self.endpoint_factory(seq, signature, send.dtype)
+        host = endpoint.t.host
+        half_bytes = host.layout.stage_bytes // 2
+        n, me = self.n, self.me
+        others = [r for r in range(n) if r != me]
+        per_stage = n if collective is Collective.REDUCESCATTER else 1
+        seg = max(1, half_bytes // send.dtype.itemsize // per_stage)
+        wait = lambda: self._phase(endpoint, seq, signature, deadline)  # noqa: E731
+        for lo in range(0, max(unit, 1), seg):
+            hi = min(unit, lo + seg)
+            m = hi - lo
+            half = self.segments % 2
+            self.segments += 1
+            stages = [host.stage[r][half * half_bytes:(half + 1) * half_bytes].view(send.dtype)
+                      for r in range(n)]
+            mine = stages[me]
+            if collective is Collective.ALLREDUCE:
+                mine[:m] = send[lo:hi]
+                wait()
+                bounds = np.linspace(0, m, n + 1).astype(np.int64)
+                s = slice(bounds[me], bounds[me + 1])
+                for r in others:
+                    reduce(mine[s], stages[r][s], mine[s])
+                wait()
+                for r in range(n):
+                    a, b = bounds[r], bounds[r + 1]
+                    recv[lo + a:lo + b] = stages[r][a:b]
+            elif collective is Collective.REDUCESCATTER:
+                for r in range(n):
+                    mine[r * m:(r + 1) * m] = send[r * unit + lo:r * unit + hi]
+                wait()
+                s = slice(me * m, (me + 1) * m)
+                out = recv[lo:hi]
+                out[...] = mine[s]
+                for r in others:
+                    reduce(out, stages[r][s], out)
+            elif collective is Collective.ALLGATHER:
+                mine[:m] = send[lo:hi]
+                wait()
+                for r in range(n):
+                    recv[r * unit + lo:r * unit + hi] = stages[r][:m]
+            else:
+                if me == root:
+                    mine[:m] = send[lo:hi]
+                wait()
+                if me != root:
+                    recv[lo:hi] = stages[root][:m]
+
+    def _phase(self, endpoint: ShmEndpoint, seq: int, signature: Signature,
+               deadline: float) -> None:
+        """Raise this rank's flag to the next epoch and wait for every rank's."""
+        host = endpoint.t.host
+        self.epoch += 1
+        digest = signature.digest & 0x7FFF_FFFF_FFFF_FFFF
+        slot = 2 + 2 * (self.epoch % 2)  # a rank is at most one epoch ahead of any other
+        flags = host.flags[self.me]
+        flags[slot], flags[slot + 1] = seq, digest
+        flags[0] = self.epoch
+        for r in range(self.n):
+            if r != self.me:
+                host.ring(r)
+        rounds = 0
+        pending = [r for r in range(self.n) if r != self.me]
+        while pending:
+            still = []
+            for r in pending:
+                theirs = host.flags[r]
+                if theirs[0] < self.epoch:
+                    still.append(r)
+                elif theirs[slot] != seq or theirs[slot + 1] != digest:
+                    host.abort(ABORT_MISMATCH, host.me, seq)
+                    raise CommMismatchError(
+                        f"{signature.collective} #{seq} on rank {self.me}: rank {r} called "
+                        f"another operation in this slot ({signature.describe()} here): every "
+                        f"rank must call the same collectives in the same order")
+            pending = still
+            if pending:
+                rounds += 1
+                if time.monotonic() > deadline:
+                    raise CommTimeoutError(
+                        f"{signature.collective} #{seq} (shm) on rank {self.me}: timed out "
+                        f"waiting for ranks {pending}", op=signature.collective, seq=seq,
+                        peers=tuple(pending))
+                endpoint.idle(rounds, deadline)

@@ -1,0 +1,79 @@
+"""Choosing and caching the programs the runtime executes.
+
+``algo="auto"`` picks by collective and message size (latency-bound sizes get log-step or
+one-shot algorithms, bandwidth-bound sizes the ring); any registered algorithm can be named.
+Programs are generated, verified once, and their per-rank plans cached per buffer size.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from commflow import algorithms
+from commflow.collectives import Collective
+from commflow.errors import AlgorithmError
+from commflow.ir import Program, element_trace, verify
+from commflow.runtime import fastpath
+from commflow.runtime.plan import RankPlan, plan_rank
+
+SMALL = 64 * 1024
+"""Bytes below which ``auto`` prefers latency-optimal algorithms."""
+
+_AUTO = {
+    Collective.ALLREDUCE: ("recursive_doubling", "ring"),
+    Collective.ALLGATHER: ("recursive_doubling", "ring"),
+    Collective.REDUCESCATTER: ("halving_doubling", "ring"),
+    Collective.BROADCAST: ("binomial_tree", "binomial_tree"),
+    Collective.REDUCE: ("binomial_tree", "binomial_tree"),
+    Collective.GATHER: ("direct", "direct"),
+    Collective.SCATTER: ("direct", "direct"),
+    Collective.ALLTOALL: ("direct", "pairwise"),
+}
+
+
+def choose(collective: Collective, nranks: int, nbytes: int, algo: str) -> str:
+    """The algorithm to run: ``algo`` itself unless it is ``"auto"``."""
+    if algo != "auto":
+        return algo
+    small, large = _AUTO[collective]
+    return small if nbytes < SMALL else large
+
+
+@lru_cache(maxsize=256)
+def program(collective: Collective, name: str, nranks: int, root: int | None) -> Program:
+    """The verified program of ``name`` (raises ``AlgorithmError`` if unknown/inapplicable)."""
+    built = algorithms.build(collective, name, nranks, root=root)
+    verify(built)
+    return built
+
+
+@lru_cache(maxsize=64)
+def _trace(collective: Collective, name: str, nranks: int, root: int | None) -> np.ndarray:
+    return element_trace(program(collective, name, nranks, root))
+
+
+@lru_cache(maxsize=1024)
+def rank_plan(collective: Collective, name: str, nranks: int, root: int | None, rank: int,
+              unit_elements: int) -> RankPlan:
+    """``rank``'s plan of the program for units of ``unit_elements`` elements."""
+    prog = program(collective, name, nranks, root)
+    trace = None if unit_elements % prog.chunk_factor == 0 else \
+        _trace(collective, name, nranks, root)
+    return plan_rank(prog, rank, unit_elements, trace)
+
+
+def check_algorithm(collective: Collective, name: str) -> None:
+    """Raise ``AlgorithmError`` unless ``name`` is ``auto``, a fast path for ``collective`` or
+    registered for it."""
+    if name == fastpath.NAME:
+        if collective not in fastpath.COLLECTIVES:
+            raise AlgorithmError(f"fast path {name!r} has no {collective.value}; it covers "
+                                 f"{', '.join(c.value for c in fastpath.COLLECTIVES)}")
+        return
+    if name != "auto":
+        algorithms.get(collective, name)
+        return
+    if collective not in _AUTO:
+        raise AlgorithmError(f"no automatic choice for {collective.value}")

@@ -1,0 +1,91 @@
+"""The wire format: a fixed binary header in front of every fragment, and the signature of a
+collective call. Nothing is pickled; every received header is validated before use."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from commflow.runtime.errors import CommMismatchError, CommProtocolError
+
+MAGIC = 0xC0FF10E5
+VERSION = 1
+
+HEADER = np.dtype([
+    ("magic", "<u4"), ("version", "<u2"), ("kind", "<u2"),
+    ("seq", "<u8"), ("signature", "<u8"),
+    ("channel", "<u4"), ("nbytes", "<u4"),
+    ("offset", "<u8"), ("total", "<u8"),
+    ("source", "<u4"), ("comm", "<u4"),
+    ("reserved", "<u8"),
+])
+"""Fragment header: 64 bytes, little-endian."""
+
+HEADER_BYTES = HEADER.itemsize
+assert HEADER_BYTES == 64
+
+KIND_DATA = 1
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What every rank must agree on for one collective call."""
+
+    op: str
+    collective: str
+    dtype: str
+    nbytes: int
+    reduce_op: str
+    root: int
+    algorithm: str
+
+    @property
+    def digest(self) -> int:
+        """64-bit digest carried in every header."""
+        text = "|".join(map(str, (self.op, self.collective, self.dtype, self.nbytes,
+                                  self.reduce_op, self.root, self.algorithm))).encode()
+        return zlib.crc32(text) << 32 | zlib.adler32(text)
+
+    def describe(self) -> str:
+        """Human-readable form for error messages."""
+        return (f"{self.collective}({self.nbytes} B of {self.dtype}, op={self.reduce_op}, "
+                f"root={self.root}, algo={self.algorithm})")
+
+
+def make_header(view: np.ndarray, *, seq: int, signature: int, comm: int, channel: int,
+                nbytes: int, offset: int, total: int, source: int) -> None:
+    """Fill the 64-byte ``view`` (uint8) with a data-fragment header."""
+    h = view.view(HEADER)[0]
+    h["magic"], h["version"], h["kind"] = MAGIC, VERSION, KIND_DATA
+    h["seq"], h["signature"], h["comm"], h["channel"] = seq, signature, comm, channel
+    h["nbytes"], h["offset"], h["total"], h["source"] = nbytes, offset, total, source
+
+
+def check_header(header: np.void, *, where: str, capacity: int, source: int) -> None:
+    """Validate a received header (magic, version, kind, sizes within ``capacity``, sender).
+
+    Raises ``CommProtocolError`` naming ``where`` (e.g. "rank 1 <- rank 0").
+    """
+    if header["magic"] != MAGIC:
+        raise CommProtocolError(f"{where}: bad magic 0x{int(header['magic']):08x} in a message "
+                                f"header: corrupted transport or a foreign writer")
+    if header["version"] != VERSION or header["kind"] != KIND_DATA:
+        raise CommProtocolError(f"{where}: unsupported header version {int(header['version'])} "
+                                f"kind {int(header['kind'])}: mixed commflow versions?")
+    if header["nbytes"] > capacity or header["offset"] + header["nbytes"] > header["total"]:
+        raise CommProtocolError(f"{where}: header sizes out of bounds (fragment "
+                                f"{int(header['nbytes'])} B at {int(header['offset'])} of "
+                                f"{int(header['total'])} B, slot capacity {capacity} B)")
+    if header["source"] != source:
+        raise CommProtocolError(f"{where}: header claims sender {int(header['source'])}")
+
+
+def check_signature(header: np.void, *, seq: int, signature: Signature, where: str) -> None:
+    """Raise ``CommMismatchError`` unless the fragment belongs to this call."""
+    if header["seq"] != seq or header["signature"] != signature.digest:
+        raise CommMismatchError(
+            f"{where}: operation #{seq} {signature.describe()} received a message of "
+            f"operation #{int(header['seq'])} with a different signature: every rank must call "
+            f"the same collectives in the same order with the same size, dtype, op and root")

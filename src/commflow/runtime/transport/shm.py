@@ -1,0 +1,413 @@
+"""Shared-memory transport between the ranks of one host.
+
+One owner-only segment per host holds, for every ordered pair of local ranks, a ring of
+``nslots`` slots (a 64-byte header and ``slot_bytes`` of payload each) with a head counter
+written only by the producer and a tail counter written only by the consumer (x86-TSO store
+order makes a published header's payload visible). Every rank has a doorbell word: peers set it
+after publishing or freeing a slot and futex-wake it when the rank announced it sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from commflow.runtime._futex import futex_wait, futex_wake
+from commflow.runtime.errors import CommAbortedError, CommMismatchError
+from commflow.runtime.protocol import (
+    HEADER,
+    HEADER_BYTES,
+    Signature,
+    check_header,
+    check_signature,
+    make_header,
+)
+from commflow.runtime.shm import SharedRegion
+
+LINE = 64
+_MAGIC = 0x636F6D6D666C6F77  # "commflow"
+_SLEEP_SLICE = 0.002
+
+
+@dataclass(frozen=True)
+class ShmLayout:
+    """Byte layout of a host's segment for ``nlocal`` ranks."""
+
+    nlocal: int
+    nslots: int
+    slot_bytes: int
+    stage_bytes: int
+
+    @property
+    def slot_stride(self) -> int:
+        """Bytes per slot including its header."""
+        return HEADER_BYTES + self.slot_bytes
+
+    @property
+    def ring_bytes(self) -> int:
+        """Bytes per ring: head and tail lines, then slots."""
+        return 2 * LINE + self.nslots * self.slot_stride
+
+    @property
+    def rings_offset(self) -> int:
+        """Where the rings start (after the control block and the doorbells)."""
+        return 4096 + self.nlocal * LINE
+
+    def ring_offset(self, src: int, dst: int) -> int:
+        """Offset of the ring carrying ``src -> dst``."""
+        return self.rings_offset + (src * self.nlocal + dst) * self.ring_bytes
+
+    @property
+    def stage_offset(self) -> int:
+        """Start of the per-rank staging areas (shared-buffer fast paths)."""
+        return self.rings_offset + self.nlocal * self.nlocal * self.ring_bytes
+
+    @property
+    def flags_offset(self) -> int:
+        """Start of the per-rank fast-path flag lines."""
+        return self.stage_offset + self.nlocal * self.stage_bytes
+
+    @property
+    def total(self) -> int:
+        """Segment size in bytes."""
+        return self.flags_offset + self.nlocal * LINE
+
+
+class ShmHost:
+    """This rank's view of its host's segment: rings to and from every local peer, doorbells,
+    the abort word and the staging areas."""
+
+    def __init__(self, region: SharedRegion, layout: ShmLayout, local_rank: int) -> None:
+        self.region = region
+        self.layout = layout
+        self.me = local_rank
+        control = region.array(np.int64, 0, 8)
+        if region.owner:
+            control[0], control[1] = _MAGIC, layout.nlocal
+        self.control = control
+        self.abort_word = region.array(np.int64, 64, 4)  # code, rank, seq, reserved
+        self.attached = region.array(np.int32, 128, layout.nlocal)
+        bells = region.array(np.int32, 4096, layout.nlocal * LINE // 4).reshape(layout.nlocal, -1)
+        self.bells = bells
+        self.bell_addr = [region.address(4096 + r * LINE) for r in range(layout.nlocal)]
+        n = layout.nlocal
+        self.head = [[None] * n for _ in range(n)]
+        self.tail = [[None] * n for _ in range(n)]
+        self.slots = [[None] * n for _ in range(n)]
+        for s in range(n):
+            for d in range(n):
+                if s == d:
+                    continue
+                off = layout.ring_offset(s, d)
+                self.head[s][d] = region.array(np.int64, off, 1)
+                self.tail[s][d] = region.array(np.int64, off + LINE, 1)
+                self.slots[s][d] = region.array(np.uint8, off + 2 * LINE,
+                                                layout.nslots * layout.slot_stride
+                                                ).reshape(layout.nslots, layout.slot_stride)
+        self.stage = [region.array(np.uint8, layout.stage_offset + r * layout.stage_bytes,
+                                   layout.stage_bytes) for r in range(n)]
+        self.flags = [region.array(np.int64, layout.flags_offset + r * LINE, LINE // 8)
+                      for r in range(n)]
+
+    def attach(self, timeout: float) -> None:
+        """Announce this rank and wait until every local rank has attached; the creator then
+        unlinks the segment's name. Raises ``CommAbortedError`` on timeout."""
+        if self.control[0] != _MAGIC and not self.region.owner:
+            deadline = time.monotonic() + timeout
+            while self.control[0] != _MAGIC:
+                if time.monotonic() > deadline:
+                    raise CommAbortedError("shared memory segment never initialised by local "
+                                           "rank 0")
+                time.sleep(1e-3)
+        self.attached[self.me] = os.getpid()
+        deadline = time.monotonic() + timeout
+        while not np.all(self.attached != 0):
+            if time.monotonic() > deadline:
+                missing = np.flatnonzero(self.attached == 0).tolist()
+                raise CommAbortedError(f"local ranks {missing} never attached to shared memory "
+                                       f"within {timeout:.0f} s; did they start?")
+            time.sleep(1e-3)
+        if self.region.owner:
+            self.region.unlink()
+
+    # -- rings --------------------------------------------------------------------------
+    def free_slot(self, peer: int) -> np.ndarray | None:
+        """The next free slot of the ring to ``peer`` (header + payload bytes), or ``None``."""
+        head = int(self.head[self.me][peer][0])
+        if head - int(self.tail[self.me][peer][0]) >= self.layout.nslots:
+            return None
+        return self.slots[self.me][peer][head % self.layout.nslots]
+
+    def publish(self, peer: int) -> None:
+        """Make the slot returned by :meth:`free_slot` visible to ``peer``."""
+        self.head[self.me][peer][0] += 1
+        self.ring(peer)
+
+    def incoming(self, peer: int, depth: int = 0) -> np.ndarray | None:
+        """The ``depth``-th unconsumed slot from ``peer``, or ``None``."""
+        tail = int(self.tail[peer][self.me][0])
+        if int(self.head[peer][self.me][0]) - tail <= depth:
+            return None
+        return self.slots[peer][self.me][(tail + depth) % self.layout.nslots]
+
+    def consume(self, peer: int) -> None:
+        """Free the oldest slot from ``peer``."""
+        self.tail[peer][self.me][0] += 1
+        self.ring(peer)
+
+    @staticmethod
+    def header(slot: np.ndarray) -> np.void:
+        """The header of a slot."""
+        return slot[:HEADER_BYTES].view(HEADER)[0]
+
+    # -- doorbells ------------------------------------------------------------------------
+    def ring(self, rank: int) -> None:
+        """Tell ``rank`` something changed; wake it if it sleeps."""
+        bell = self.bells[rank]
+        bell[0] = 1
+        if bell[1]:
+            futex_wake(self.bell_addr[rank])
+
+    def sleep(self, ready, timeout: float) -> None:
+        """Block until the doorbell rings or ``timeout`` passes, unless ``ready()`` is already
+        true after announcing the sleep (no lost wake-up beyond one time slice)."""
+        bell = self.bells[self.me]
+        bell[0] = 0
+        bell[1] = 1
+        try:
+            futex_wake(self.bell_addr[self.me], 0)  # a syscall: orders the stores above
+            if not ready() and not self.aborted():
+                futex_wait(self.bell_addr[self.me], 0, min(timeout, _SLEEP_SLICE))
+        finally:
+            bell[1] = 0
+
+    # -- abort ----------------------------------------------------------------------------
+    def aborted(self) -> bool:
+        """Whether some rank aborted the host."""
+        return bool(self.abort_word[0])
+
+    def abort(self, code: int, rank: int, seq: int) -> None:
+        """Record an abort (first writer wins in practice) and wake every local rank."""
+        if not self.abort_word[0]:
+            self.abort_word[1], self.abort_word[2] = rank, seq
+            self.abort_word[0] = code
+        for r in range(self.layout.nlocal):
+            if r != self.me:
+                self.ring(r)
+
+
+class ShmTransport:
+    """Point-to-point messages between the local ranks of a host over :class:`ShmHost` rings.
+
+    ``ranks`` lists the global rank of each local rank. Fragments that arrive for a channel
+    other than the one receiving are set aside (copied) until their channel asks for them.
+    """
+
+    SPIN_ROUNDS = 200
+    YIELD_AFTER = 20
+
+    def __init__(self, host: ShmHost, ranks: list[int]) -> None:
+        self.host = host
+        self.ranks = ranks
+        self.local = {g: i for i, g in enumerate(ranks)}
+        self.stash: dict[tuple[int, int], deque] = {}
+        self.capacity = host.layout.slot_bytes
+
+    def endpoint(self, seq: int, signature: Signature, dtype: np.dtype, members: list[int],
+                 comm: int) -> ShmEndpoint:
+        """An endpoint for operation ``seq`` of communicator ``comm`` (whose rank i is global
+        rank ``members[i]``) moving items of ``dtype``."""
+        return ShmEndpoint(self, seq, signature, dtype, members, comm)
+
+    def where(self, src: int, dst: int) -> str:
+        """``"rank 1 <- rank 0"`` for messages."""
+        return f"rank {dst} <- rank {src}"
+
+    def take(self, peer: int, comm: int, channel: int
+             ) -> tuple[np.void, np.ndarray, bool] | None:
+        """The next fragment from local rank ``peer`` for ``(comm, channel)``: ``(header,
+        payload, in_ring)``; call :meth:`release` after using an in-ring payload."""
+        queue = self.stash.get((peer, comm, channel))
+        if queue:
+            header, payload = queue.popleft()
+            return header, payload, False
+        host = self.host
+        while True:
+            slot = host.incoming(peer)
+            if slot is None:
+                return None
+            header = host.header(slot)
+            check_header(header, where=self.where(self.ranks[peer], self.ranks[host.me]),
+                         capacity=self.capacity, source=self.ranks[peer])
+            payload = slot[HEADER_BYTES:HEADER_BYTES + int(header["nbytes"])]
+            if header["channel"] == channel and header["comm"] == comm:
+                return header, payload, True
+            key = (peer, int(header["comm"]), int(header["channel"]))
+            self.stash.setdefault(key, deque()).append(
+                (header.copy(), payload.copy()))
+            host.consume(peer)
+
+    def release(self, peer: int) -> None:
+        """Free the in-ring fragment last returned by :meth:`take` for ``peer``."""
+        self.host.consume(peer)
+
+
+class ShmEndpoint:
+    """The :class:`~commflow.runtime.executor.Endpoint` of one operation over shared memory."""
+
+    def __init__(self, transport: ShmTransport, seq: int, signature: Signature,
+                 dtype: np.dtype, members: list[int], comm: int) -> None:
+        self.t = transport
+        self.members = members
+        self.comm = comm
+        self.seq = seq
+        self.signature = signature
+        self.digest = signature.digest
+        self.dtype = dtype
+
+    def start_send(self, peer: int, channel: int, parts) -> _ShmSend:
+        """Begin sending ``parts`` to global rank ``peer``."""
+        return _ShmSend(self, self.t.local[self.members[peer]], channel,
+                        [p.view(np.uint8) for p in parts])
+
+    def start_recv(self, peer: int, channel: int, elements: int, sink) -> _ShmRecv:
+        """Begin receiving ``elements`` items from global rank ``peer``."""
+        return _ShmRecv(self, self.t.local[self.members[peer]], channel,
+                        elements * self.dtype.itemsize, sink)
+
+    def idle(self, rounds: int, deadline: float) -> None:
+        """Spin, then yield, then sleep on the doorbell in short slices."""
+        host = self.t.host
+        if host.aborted():
+            self.raise_abort()
+        if rounds < self.t.SPIN_ROUNDS:
+            if rounds > self.t.YIELD_AFTER:
+                os.sched_yield()
+            return
+        bell = host.bells[host.me]
+        if bell[0]:
+            bell[0] = 0
+            return
+        if rounds % 64 == 0:
+            self.check_peers_alive()
+        host.sleep(lambda: bool(bell[0]), max(0.0, deadline - time.monotonic()))
+
+    def check_peers_alive(self) -> None:
+        """Raise ``CommAbortedError`` if a local peer process has exited."""
+        host = self.t.host
+        for local, pid in enumerate(host.attached.tolist()):
+            if local != host.me and not _alive(pid):
+                host.abort(ABORT_DEAD, local, self.seq)
+                raise CommAbortedError(
+                    f"{self.signature.collective} #{self.seq}: rank {self.t.ranks[local]} "
+                    f"(pid {pid}) has exited; the communicator cannot continue")
+
+    def raise_abort(self) -> None:
+        """Raise the error recorded in the host's abort word."""
+        code, local, seq = (int(x) for x in self.t.host.abort_word[:3])
+        why = {ABORT_DEAD: "a rank exited", ABORT_MISMATCH: "ranks called different "
+               "operations", ABORT_ERROR: "a rank failed"}.get(code, f"code {code}")
+        error = CommMismatchError if code == ABORT_MISMATCH else CommAbortedError
+        raise error(f"{self.signature.collective} #{self.seq}: aborted by rank "
+                    f"{self.t.ranks[local]} during operation #{seq}: {why}")
+
+
+ABORT_DEAD, ABORT_MISMATCH, ABORT_ERROR = 1, 2, 3
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+class _ShmSend:
+    __slots__ = ("e", "peer", "channel", "parts", "total", "offset", "owned")
+
+    def __init__(self, e: ShmEndpoint, peer: int, channel: int, parts: list[np.ndarray]) -> None:
+        self.e, self.peer, self.channel, self.parts = e, peer, channel, parts
+        self.total = sum(len(p) for p in parts)
+        self.offset = 0
+        self.owned = False
+
+    def detach(self) -> None:
+        """Copy the whole message so its source buffers may change."""
+        if not self.owned:
+            self.parts = [np.concatenate(self.parts) if self.parts else np.zeros(0, np.uint8)]
+            self.owned = True
+
+    def poll(self) -> bool:
+        host = self.e.t.host
+        cap = self.e.t.capacity
+        while True:
+            slot = host.free_slot(self.peer)
+            if slot is None:
+                return False
+            n = min(cap, self.total - self.offset)
+            pos = HEADER_BYTES
+            for view in _byte_spans(self.parts, self.offset, n):
+                slot[pos:pos + len(view)] = view
+                pos += len(view)
+            make_header(slot[:HEADER_BYTES], seq=self.e.seq, signature=self.e.digest,
+                        comm=self.e.comm, channel=self.channel, nbytes=n,
+                        offset=self.offset, total=self.total, source=self.e.t.ranks[host.me])
+            host.publish(self.peer)
+            self.offset += n
+            if self.offset >= self.total:
+                return True
+
+
+class _ShmRecv:
+    __slots__ = ("e", "peer", "channel", "total", "offset", "sink")
+
+    def detach(self) -> None:
+        """Receives own no source data."""
+
+    def __init__(self, e: ShmEndpoint, peer: int, channel: int, nbytes: int, sink) -> None:
+        self.e, self.peer, self.channel, self.total, self.sink = e, peer, channel, nbytes, sink
+        self.offset = 0
+
+    def poll(self) -> bool:
+        t = self.e.t
+        itemsize = self.e.dtype.itemsize
+        while self.offset < self.total or self.total == 0:
+            got = t.take(self.peer, self.e.comm, self.channel)
+            if got is None:
+                return False
+            header, payload, in_ring = got
+            where = t.where(t.ranks[self.peer], t.ranks[t.host.me])
+            try:
+                check_signature(header, seq=self.e.seq, signature=self.e.signature, where=where)
+                if header["offset"] != self.offset or header["total"] != self.total:
+                    raise CommMismatchError(
+                        f"{where}: operation #{self.e.seq} {self.e.signature.describe()} expected "
+                        f"a {self.total}-byte message at offset {self.offset}, got "
+                        f"{int(header['total'])} bytes at {int(header['offset'])}: the ranks run "
+                        f"different programs")
+            except CommMismatchError:
+                t.host.abort(ABORT_MISMATCH, t.host.me, self.e.seq)
+                raise
+            if len(payload):
+                self.sink(self.offset // itemsize, payload.view(self.e.dtype))
+            if in_ring:
+                t.release(self.peer)
+            self.offset += len(payload)
+            if self.total == 0:
+                return True
+        return True
+
+
+def _byte_spans(parts: list[np.ndarray], offset: int, count: int):
+    pos = 0
+    for p in parts:
+        n = len(p)
+        if offset < pos + n and offset + count > pos:
+            lo, hi = max(offset, pos), min(offset + count, pos + n)
+            yield p[lo - pos:hi - pos]
+        pos += n

@@ -1,0 +1,55 @@
+"""Run a function on N real processes that form a commflow world over shared memory."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import traceback
+import uuid
+from collections.abc import Callable
+
+_CTX = mp.get_context("fork")
+
+
+def _child(fn: Callable, rank: int, nranks: int, job: str, timeout: float, queue, args) -> None:
+    try:
+        import commflow.runtime as runtime
+
+        comm = runtime.init(rank=rank, world_size=nranks, job=job, timeout=timeout)
+        queue.put((rank, True, fn(comm, *args)))
+    except BaseException as err:  # reported to the parent, which re-raises
+        queue.put((rank, False, f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+    finally:
+        queue.close()
+        queue.join_thread()
+        os._exit(0)
+
+
+def run_world(fn: Callable, nranks: int, *args, timeout: float = 30.0,
+              expect_failure: bool = False) -> list:
+    """Run ``fn(comm, *args)`` on ``nranks`` processes; return the results by rank.
+
+    Raises ``AssertionError`` with every failing rank's traceback unless ``expect_failure``,
+    in which case the per-rank ``(ok, result_or_error_text)`` pairs are returned.
+    """
+    job = f"t{uuid.uuid4().hex[:12]}"
+    queue = _CTX.Queue()
+    procs = [_CTX.Process(target=_child, args=(fn, r, nranks, job, timeout, queue, args))
+             for r in range(nranks)]
+    for p in procs:
+        p.start()
+    results: dict[int, tuple[bool, object]] = {}
+    try:
+        for _ in procs:
+            rank, ok, value = queue.get(timeout=timeout + 30)
+            results[rank] = (ok, value)
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    if expect_failure:
+        return [results.get(r, (False, "no result")) for r in range(nranks)]
+    failures = [f"rank {r}: {v}" for r, (ok, v) in sorted(results.items()) if not ok]
+    assert not failures, "\n".join(failures)
+    return [results[r][1] for r in range(nranks)]

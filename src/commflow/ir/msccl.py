@@ -238,6 +238,8 @@ class _Writer:
             tb.waits.append(sorted(need.items()))
 
     def _emit(self, lines: list[str], tbs: list[_Threadblock]) -> None:
+        """Number each step (after the ``nop`` steps that carry its extra waits), then write
+        the ``<tb>`` elements of one rank."""
         for tb in tbs:
             s = 0
             for waits in tb.waits:
@@ -247,16 +249,15 @@ class _Writer:
         hasdep = {wait for tb in tbs for waits in tb.waits for wait in waits}
         for n, tb in enumerate(tbs):
             lines.append(f'    <tb id="{n}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">')
-            s = 0
             for slot, (i, waits) in enumerate(zip(tb.steps, tb.waits, strict=True)):
+                s = tb.index[slot]
                 deps = [(o, tbs[o].index[k]) for o, k in waits] or [(-1, -1)]
-                for depid, dep_s in deps[1:]:
+                for nop, (depid, dep_s) in enumerate(deps[1:], start=s - len(deps) + 1):
                     lines.append(
-                        f'      <step s="{s}" type="nop" srcbuf="i" srcoff="-1" '
+                        f'      <step s="{nop}" type="nop" srcbuf="i" srcoff="-1" '
                         f'dstbuf="o" dstoff="-1" cnt="0" depid="{depid}" '
                         f'deps="{dep_s}" hasdep="0"/>'
                     )
-                    s += 1
                 op = self.op[i]
                 src = self.sender[i] if op == Op.RECV else i
                 dst = self.receiver[i] if op == Op.SEND else i
@@ -267,7 +268,6 @@ class _Writer:
                     f'cnt="{self.count[i]}" depid="{deps[0][0]}" deps="{deps[0][1]}" '
                     f'hasdep="{int((n, slot) in hasdep)}"/>'
                 )
-                s += 1
             lines.append("    </tb>")
 
     @staticmethod

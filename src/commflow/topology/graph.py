@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from functools import cached_property
 
 import numpy as np
@@ -18,7 +18,7 @@ import numpy as np
 from commflow.errors import TopologyError
 
 
-class NodeKind(str, Enum):
+class NodeKind(StrEnum):
     """What a node of the topology is."""
 
     RANK = "rank"
@@ -119,6 +119,12 @@ class Topology:
         box = self.nodes[rank].box
         return 0 if box is None else box
 
+    def fingerprint(self) -> str:
+        """Stable hex digest of this topology; see :func:`commflow.topology.fingerprint`."""
+        from commflow.topology.fingerprint import fingerprint
+
+        return fingerprint(self)
+
     def to_networkx(self):  # -> networkx.DiGraph
         """The graph as a ``networkx.DiGraph`` with node ``kind``/``name``/``box`` and link
         ``bandwidth``/``latency``/``count`` attributes."""
@@ -128,8 +134,9 @@ class Topology:
         for n in self.nodes:
             g.add_node(n.id, kind=n.kind.value, name=n.name, box=n.box)
         for link in self.links:
-            g.add_edge(link.src, link.dst, bandwidth=link.bandwidth, latency=link.latency,
-                       count=link.count)
+            g.add_edge(
+                link.src, link.dst, bandwidth=link.bandwidth, latency=link.latency, count=link.count
+            )
         return g
 
 
@@ -167,8 +174,13 @@ def make_topology(
         key = (link.src, link.dst)
         old = merged.get(key)
         if old is not None:
-            link = Link(link.src, link.dst, old.bandwidth + link.bandwidth,
-                        min(old.latency, link.latency), old.count + link.count)
+            link = Link(
+                link.src,
+                link.dst,
+                old.bandwidth + link.bandwidth,
+                min(old.latency, link.latency),
+                old.count + link.count,
+            )
         merged[key] = link
     ordered = tuple(sorted(merged.values(), key=lambda lk: (lk.src, lk.dst)))
     index = {(lk.src, lk.dst): i for i, lk in enumerate(ordered)}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue as queue_module
+import time
 import traceback
 import uuid
 from collections.abc import Callable
@@ -39,10 +41,19 @@ def run_world(fn: Callable, nranks: int, *args, timeout: float = 30.0,
     for p in procs:
         p.start()
     results: dict[int, tuple[bool, object]] = {}
+    give_up = time.monotonic() + timeout + 30
     try:
-        for _ in procs:
-            rank, ok, value = queue.get(timeout=timeout + 30)
-            results[rank] = (ok, value)
+        while len(results) < nranks and time.monotonic() < give_up:
+            try:
+                rank, ok, value = queue.get(timeout=0.2)
+                results[rank] = (ok, value)
+            except queue_module.Empty:
+                dead = [r for r, p in enumerate(procs)
+                        if r not in results and p.exitcode is not None]
+                for r in dead:
+                    time.sleep(0.2)  # a result may still be in the pipe
+                    if r not in results:
+                        results[r] = (False, f"died with exit code {procs[r].exitcode}")
     finally:
         for p in procs:
             p.join(timeout=5)
@@ -50,6 +61,8 @@ def run_world(fn: Callable, nranks: int, *args, timeout: float = 30.0,
                 p.kill()
     if expect_failure:
         return [results.get(r, (False, "no result")) for r in range(nranks)]
+    missing = [r for r in range(nranks) if r not in results]
+    assert not missing, f"ranks {missing} neither reported nor exited in time"
     failures = [f"rank {r}: {v}" for r, (ok, v) in sorted(results.items()) if not ok]
     assert not failures, "\n".join(failures)
     return [results[r][1] for r in range(nranks)]

@@ -309,11 +309,17 @@ class ShmEndpoint:
     def raise_abort(self) -> None:
         """Raise the error recorded in the host's abort word."""
         code, local, seq = (int(x) for x in self.t.host.abort_word[:3])
-        why = {ABORT_DEAD: "a rank exited", ABORT_MISMATCH: "ranks called different "
-               "operations", ABORT_ERROR: "a rank failed"}.get(code, f"code {code}")
-        error = CommMismatchError if code == ABORT_MISMATCH else CommAbortedError
-        raise error(f"{self.signature.collective} #{self.seq}: aborted by rank "
-                    f"{self.t.ranks[local]} during operation #{seq}: {why}")
+        rank = self.t.ranks[local]
+        here = f"{self.signature.collective} #{self.seq}"
+        if code == ABORT_DEAD:
+            raise CommAbortedError(f"{here}: rank {rank} has exited (noticed during operation "
+                                   f"#{seq}); the communicator cannot continue")
+        if code == ABORT_MISMATCH:
+            raise CommMismatchError(
+                f"{here}: rank {rank} saw ranks call different operations in slot #{seq}: "
+                f"every rank must call the same collectives in the same order with the same "
+                f"size, dtype, op and root")
+        raise CommAbortedError(f"{here}: aborted by rank {rank} during operation #{seq}")
 
 
 ABORT_DEAD, ABORT_MISMATCH, ABORT_ERROR = 1, 2, 3

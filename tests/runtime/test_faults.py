@@ -1,0 +1,93 @@
+"""Reliability: dead ranks, mismatched calls, corrupted messages and timeouts raise clear errors
+on every rank, never hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from .harness import run_world
+
+
+def _errors(results) -> list[str]:
+    assert all(not ok for ok, _ in results), results
+    return [text.splitlines()[0] for _, text in results]
+
+
+def _victim_dies(comm, algo):
+    if comm.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        comm.allreduce(np.ones(1 << 16, np.float32), algo=algo, timeout=20)
+    finally:
+        elapsed = time.monotonic() - start
+        assert elapsed < 10, f"took {elapsed:.1f} s to notice the dead rank"
+
+
+@pytest.mark.parametrize("algo", ["ring", "shm"])
+def test_killed_rank_makes_the_others_raise(algo):
+    results = run_world(_victim_dies, 3, algo, timeout=30, expect_failure=True)
+    for rank in (0, 2):
+        ok, text = results[rank]
+        assert not ok
+        assert "CommAbortedError" in text and "has exited" in text, text
+
+
+def _mismatch(comm, what, algo):
+    x = np.arange(64, dtype=np.float32)
+    if comm.rank == 0 or what == "none":
+        comm.allreduce(x, algo=algo, timeout=20)
+    elif what == "collective":
+        comm.allgather(x[:32], algo="ring" if algo == "ring" else "shm", timeout=20)
+    elif what == "size":
+        comm.allreduce(x[:32], algo=algo, timeout=20)
+    elif what == "dtype":
+        comm.allreduce(x.astype(np.float64), algo=algo, timeout=20)
+    elif what == "op":
+        comm.allreduce(x, "max", algo=algo, timeout=20)
+
+
+@pytest.mark.parametrize("algo", ["ring", "shm"])
+@pytest.mark.parametrize("what", ["collective", "size", "dtype", "op"])
+def test_mismatched_calls_raise_on_every_rank(what, algo):
+    results = run_world(_mismatch, 2, what, algo, timeout=30, expect_failure=True)
+    for text in _errors(results):
+        assert text.startswith("CommMismatchError"), text
+
+
+def test_matching_calls_do_not_raise():
+    run_world(_mismatch, 2, "none", "ring")
+
+
+def _garbage(comm):
+    host = comm.transport.host
+    if comm.rank == 1:
+        slot = host.free_slot(0)
+        slot[:] = np.random.default_rng(0).integers(0, 256, len(slot), dtype=np.uint8)
+        host.publish(0)
+        time.sleep(1)
+        return None
+    comm.recv(np.zeros(16, np.float32), 1, timeout=10)
+
+
+def test_garbage_in_the_transport_is_rejected():
+    ok, text = run_world(_garbage, 2, timeout=30, expect_failure=True)[0]
+    assert not ok and text.startswith("CommProtocolError") and "bad magic" in text, text
+
+
+def _absent(comm):
+    if comm.rank == 0:
+        comm.allreduce(np.ones(4, np.float32), algo="ring", timeout=1.0)
+    else:
+        time.sleep(3)
+
+
+def test_timeout_names_operation_sequence_and_peers():
+    ok, text = run_world(_absent, 2, timeout=30, expect_failure=True)[0]
+    assert not ok and text.startswith("CommTimeoutError"), text
+    assert "allreduce #0" in text and "peers not heard from: [1]" in text, text

@@ -1,0 +1,259 @@
+"""Starting a job's ranks: the library behind ``commflow run -n N COMMAND``.
+
+:func:`launch` starts ``nprocs`` processes of one command with the environment that
+:func:`commflow.runtime.detect_world` reads (commflow's variables, and torchrun's so that
+``torch.distributed`` code runs unchanged), prefixes every line they print with ``[rank N] ``,
+forwards SIGINT and SIGTERM to every rank, stops the job when one rank fails, and removes the
+job's shared memory afterwards. With ``hosts`` the ranks run on emulated hosts, the network
+namespaces ``commflow-h<i>`` that ``commflow cluster up`` creates.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from commflow.errors import CommflowError
+from commflow.runtime._supervisor import Supervisor
+from commflow.runtime.shm import remove_job
+
+GRACE = 5.0
+"""Seconds the ranks get to exit after a forwarded signal, before SIGKILL."""
+
+NETNS_DIR = Path("/var/run/netns")
+"""Where ``ip netns`` keeps its named network namespaces."""
+
+_HOST_RE = re.compile(r"h(\d+):(\d+)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Host:
+    """One emulated host of a multi-host run, made by ``commflow cluster up``."""
+
+    index: int
+    """Host number ``i``: its ranks run in the network namespace ``commflow-h<i>``."""
+    slots: int
+    """Number of ranks started on it."""
+
+    def __post_init__(self) -> None:
+        if self.index < 0 or self.slots < 1:
+            raise CommflowError(f"bad host h{self.index}:{self.slots}: need index >= 0, slots >= 1")
+
+    @property
+    def namespace(self) -> str:
+        """The network namespace the host's ranks run in."""
+        return f"commflow-h{self.index}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankSpec:
+    """How one rank is started."""
+
+    rank: int
+    """Global rank."""
+    argv: tuple[str, ...]
+    """The command line, with ``ip netns exec`` in front on an emulated host."""
+    env: Mapping[str, str]
+    """Variables set for this rank on top of the launcher's environment."""
+
+
+def parse_hosts(text: str) -> list[Host]:
+    """``"h0:2,h1:2"`` as hosts ``h0`` and ``h1`` with 2 ranks each.
+
+    Hosts must be named ``h0, h1, ...`` in this order (the namespaces of ``commflow cluster
+    up``). Raises ``CommflowError`` naming the item that does not fit.
+    """
+    hosts = []
+    for i, item in enumerate(part.strip() for part in text.split(",")):
+        match = _HOST_RE.fullmatch(item)
+        if match is None or int(match[1]) != i:
+            raise CommflowError(
+                f"bad host {item!r} in --hosts {text!r}: write h0:SLOTS,h1:SLOTS,... in order "
+                f"(the emulated hosts of `commflow cluster up`)"
+            )
+        hosts.append(Host(index=i, slots=int(match[2])))
+    return hosts
+
+
+def new_job_id() -> str:
+    """A fresh random job id (names the job's shared memory)."""
+    return f"run-{secrets.token_hex(8)}"
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``address`` now (for ``MASTER_PORT``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        return sock.getsockname()[1]
+
+
+def namespace_address(namespace: str) -> str:
+    """The first global IPv4 address inside network namespace ``namespace``.
+
+    Raises ``CommflowError`` when the namespace does not exist or has no address.
+    """
+    if not (NETNS_DIR / namespace).exists():
+        raise CommflowError(
+            f"no network namespace {namespace}: create the emulated hosts first with "
+            f"`commflow cluster up --hosts N`"
+        )
+    shown = subprocess.run(
+        ["ip", "-n", namespace, "-o", "-4", "addr", "show", "scope", "global"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    match = re.search(r"\binet (\d+\.\d+\.\d+\.\d+)/", shown.stdout)
+    if shown.returncode != 0 or match is None:
+        raise CommflowError(
+            f"network namespace {namespace} has no IPv4 address ({shown.stderr.strip()}); "
+            f"recreate it with `commflow cluster down` and `commflow cluster up`"
+        )
+    return match[1]
+
+
+def rank_specs(
+    command: Sequence[str],
+    nprocs: int,
+    *,
+    job: str,
+    master_addr: str,
+    master_port: int,
+    hosts: Sequence[Host] | None = None,
+) -> list[RankSpec]:
+    """The command line and environment of every rank.
+
+    A ``.py`` file as the first word runs with this Python. Ranks fill ``hosts`` in order
+    (``None``: all on this host). Raises ``CommflowError`` on an empty command, ``nprocs < 1``
+    or when the hosts' slots do not add up to ``nprocs``.
+    """
+    if not command:
+        raise CommflowError("no command to run: give one after the options, e.g. `-- train.py`")
+    if nprocs < 1:
+        raise CommflowError(f"cannot start {nprocs} ranks: give -n 1 or more")
+    argv = (sys.executable, *command) if command[0].endswith(".py") else tuple(command)
+    placement = [(None, nprocs)] if hosts is None else [(h, h.slots) for h in hosts]
+    if sum(slots for _, slots in placement) != nprocs:
+        raise CommflowError(
+            f"the hosts have {sum(s for _, s in placement)} slots but -n asks for {nprocs} "
+            f"ranks: make them agree"
+        )
+    common = {
+        "COMMFLOW_WORLD_SIZE": str(nprocs),
+        "COMMFLOW_JOB": job,
+        "WORLD_SIZE": str(nprocs),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
+    specs = []
+    for host, slots in placement:
+        prefix = () if host is None else ("ip", "netns", "exec", host.namespace)
+        where = (
+            {}
+            if host is None
+            else {
+                "COMMFLOW_HOST": str(host.index),
+                "COMMFLOW_HOSTS": str(len(placement)),
+            }
+        )
+        for local in range(slots):
+            rank = len(specs)
+            env = {
+                **common,
+                **where,
+                "COMMFLOW_RANK": str(rank),
+                "COMMFLOW_LOCAL_RANK": str(local),
+                "COMMFLOW_LOCAL_SIZE": str(slots),
+                "RANK": str(rank),
+                "LOCAL_RANK": str(local),
+                "LOCAL_WORLD_SIZE": str(slots),
+            }
+            specs.append(RankSpec(rank=rank, argv=(*prefix, *argv), env=env))
+    return specs
+
+
+def launch(
+    command: Sequence[str],
+    nprocs: int,
+    *,
+    hosts: str | Sequence[Host] | None = None,
+    env: Mapping[str, str] | None = None,
+    job: str | None = None,
+    prefix_output: bool = True,
+    timeout: float | None = None,
+    grace: float = GRACE,
+    stdout: BinaryIO | None = None,
+    stderr: BinaryIO | None = None,
+) -> int:
+    """Run ``command`` as ``nprocs`` ranks and return the job's exit status.
+
+    Every rank gets ``COMMFLOW_RANK``, ``COMMFLOW_WORLD_SIZE``, ``COMMFLOW_LOCAL_RANK``,
+    ``COMMFLOW_LOCAL_SIZE``, ``COMMFLOW_JOB`` (``job``, default a fresh random id) and torchrun's
+    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
+    ``MASTER_PORT`` (a free port), on top of this process's environment and ``env``; with
+    ``hosts`` (``"h0:2,h1:2"`` or :class:`Host` values) also ``COMMFLOW_HOST`` and
+    ``COMMFLOW_HOSTS``, each host's ranks running in its network namespace. Ranks read no
+    standard input. Their output goes line by line to ``stdout``/``stderr`` (default this
+    process's), each line prefixed with ``[rank N] `` when ``prefix_output``; the launcher's own
+    messages go to ``stderr`` prefixed with ``[commflow run] ``.
+
+    SIGINT and SIGTERM (when called from the main thread) are forwarded to every rank; when a
+    rank exits non-zero or is killed, or after ``timeout`` seconds, the others get SIGTERM.
+    Ranks still running ``grace`` seconds after a signal get SIGKILL (a second SIGINT: at once).
+    Finally the job's shared memory is removed.
+
+    Returns 0 when every rank exited 0; else the first failed rank's exit code (128 + signal
+    number when it was killed), 128 + the signal number when the launcher was signalled, or 124
+    on timeout. Raises ``CommflowError`` for a bad request or a command that cannot be started.
+    """
+    job = job or new_job_id()
+    if isinstance(hosts, str):
+        hosts = parse_hosts(hosts)
+    if hosts:
+        master_addr = namespace_address(hosts[0].namespace)
+        for host in hosts[1:]:
+            namespace_address(host.namespace)
+    else:
+        master_addr = "127.0.0.1"
+    specs = rank_specs(
+        command,
+        nprocs,
+        job=job,
+        master_addr=master_addr,
+        master_port=free_port(),
+        hosts=hosts or None,
+    )
+    base = {"PYTHONUNBUFFERED": "1", **os.environ, **(env or {})}
+    runner = Supervisor(
+        stdout=stdout or sys.stdout.buffer,
+        stderr=stderr or sys.stderr.buffer,
+        grace=grace,
+    )
+    catch = threading.current_thread() is threading.main_thread()
+    previous = {}
+    if catch:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, runner.on_signal)
+    try:
+        for spec in specs:
+            prefix = f"[rank {spec.rank}] ".encode() if prefix_output else b""
+            runner.start(spec.rank, spec.argv, {**base, **spec.env}, prefix)
+        return runner.wait(timeout)
+    finally:
+        runner.kill_all()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        removed = remove_job(job)
+        if removed:
+            runner.note(f"removed shared memory left by job {job}: {', '.join(removed)}")
+        runner.close()

@@ -21,7 +21,12 @@ reducescatter on the blocks each covers) and the odd ranks send the even ones th
 from __future__ import annotations
 
 from commflow.algorithms.common import Action, ChunkLayout, Fold, copy, emit_eager
-from commflow.algorithms.recursive_doubling import Runs, doubling_actions, exchange, unfold
+from commflow.algorithms.recursive_doubling import (
+    Runs,
+    doubling_actions,
+    exchange,
+    folded_allreduce,
+)
 from commflow.algorithms.registry import register
 from commflow.collectives import Collective
 from commflow.ir import Buffer, Program, ProgramBuilder, Ref
@@ -115,28 +120,16 @@ def _reducescatter(rank: int, fold: Fold, layout: ChunkLayout, c: int) -> list[A
 
 def _allreduce(rank: int, fold: Fold, layout: ChunkLayout, c: int) -> list[Action]:
     k = layout.chunks
-    whole = layout.runs(0, 1, c)
-    partner = fold.partner(rank)
-    new = fold.new_rank(rank)
-    if new is None:
-        hand_over = exchange(partner, whole, Buffer.INPUT, Buffer.OUTPUT, k, receive=False)
-        return unfold(rank, fold, whole, k, [], hand_over)
-    if fold.nranks == 1:
-        return [copy(Ref(Buffer.INPUT, s, n), Ref(Buffer.OUTPUT, s, n)) for s, n in whole]
 
     def runs(lo: int, count: int) -> list[tuple[int, int]]:
         return [(layout.index(0, c, lo), count * k)]
 
-    actions: list[Action] = []
-    src = Buffer.INPUT
-    if partner is not None:
-        actions += exchange(
-            partner, whole, Buffer.INPUT, Buffer.OUTPUT, k, receive=True, reduce_with=Buffer.INPUT
+    def rabenseifner(new: int, src: Buffer) -> list[Action]:
+        return halving_actions(new, fold, runs, k, src, Buffer.OUTPUT) + doubling_actions(
+            new, fold, runs, k
         )
-        src = Buffer.OUTPUT
-    actions += halving_actions(new, fold, runs, k, src, Buffer.OUTPUT)
-    actions += doubling_actions(new, fold, runs, k)
-    return unfold(rank, fold, whole, k, actions, [])
+
+    return folded_allreduce(rank, fold, layout.runs(0, 1, c), k, rabenseifner)
 
 
 def generate(

@@ -84,45 +84,26 @@ def doubling_actions(new: int, fold: Fold, runs: Runs, pieces: int) -> list[Acti
 
 
 def unfold(
-    rank: int,
-    fold: Fold,
-    everything: list[tuple[int, int]],
-    pieces: int,
-    hands_back: list[Action],
-    gets_back: list[Action],
+    rank: int, fold: Fold, everything: list[tuple[int, int]], pieces: int, actions: list[Action]
 ) -> list[Action]:
-    """Wrap a folded rank's actions: the odd rank of a pair hands the whole output (runs
-    ``everything``) back after ``hands_back``; the even one gets it after ``gets_back``."""
+    """End a folded rank's ``actions`` with the hand-back of the whole output (runs
+    ``everything``): the odd rank of a pair sends it, the even one receives it."""
     partner = fold.partner(rank)
     if partner is None:
-        return hands_back
-    if fold.new_rank(rank) is None:
-        return gets_back + exchange(
-            partner, everything, Buffer.OUTPUT, Buffer.OUTPUT, pieces, receive=True
-        )
-    return hands_back + exchange(
-        partner, everything, Buffer.OUTPUT, Buffer.OUTPUT, pieces, receive=False
+        return actions
+    receive = fold.new_rank(rank) is None
+    return actions + exchange(
+        partner, everything, Buffer.OUTPUT, Buffer.OUTPUT, pieces, receive=receive
     )
 
 
 def _allgather(rank: int, fold: Fold, layout: ChunkLayout, c: int) -> list[Action]:
     k, cf, p = layout.chunks, layout.cf, fold.nranks
-    mine = layout.runs(rank, 1, c)
-    own = [copy(Ref(Buffer.INPUT, s - rank * cf, n), Ref(Buffer.OUTPUT, s, n)) for s, n in mine]
+    mine = [(s - rank * cf, n) for s, n in layout.runs(rank, 1, c)]
     partner = fold.partner(rank)
     if fold.new_rank(rank) is None:
-        hand_over = [
-            a
-            for s, n in mine
-            for a in transfer(
-                partner,
-                Ref(Buffer.INPUT, s - rank * cf, n),
-                Ref(Buffer.OUTPUT, s, n),
-                k,
-                receive=False,
-            )
-        ]
-        return unfold(rank, fold, layout.runs(0, p, c), k, [], hand_over)
+        hand_over = exchange(partner, mine, Buffer.INPUT, Buffer.OUTPUT, k, receive=False)
+        return unfold(rank, fold, layout.runs(0, p, c), k, hand_over)
     actions = []
     if partner is not None:
         actions += exchange(
@@ -133,33 +114,61 @@ def _allgather(rank: int, fold: Fold, layout: ChunkLayout, c: int) -> list[Actio
         first = fold.first_rank(lo)
         return layout.runs(first, fold.first_rank(lo + count) - first, c)
 
-    actions += own + doubling_actions(fold.new_rank(rank), fold, runs, k)
-    return unfold(rank, fold, layout.runs(0, p, c), k, actions, [])
+    actions += [
+        copy(Ref(Buffer.INPUT, s, n), Ref(Buffer.OUTPUT, s + rank * cf, n)) for s, n in mine
+    ]
+    actions += doubling_actions(fold.new_rank(rank), fold, runs, k)
+    return unfold(rank, fold, layout.runs(0, p, c), k, actions)
+
+
+def folded_allreduce(
+    rank: int,
+    fold: Fold,
+    whole: list[tuple[int, int]],
+    pieces: int,
+    body: Callable[[int, Buffer], list[Action]],
+) -> list[Action]:
+    """An allreduce of the vector ``whole`` (runs) around the fold: the even rank of a pair
+    hands its input over and gets the result back, the odd one first reduces it into its
+    output; ``body(new_rank, src)`` is the power-of-two algorithm, reading ``src`` (input, or
+    output after a fold) in its first step. One rank copies input to output."""
+    partner = fold.partner(rank)
+    new = fold.new_rank(rank)
+    if new is None:
+        hand_over = exchange(partner, whole, Buffer.INPUT, Buffer.OUTPUT, pieces, receive=False)
+        return unfold(rank, fold, whole, pieces, hand_over)
+    if fold.nranks == 1:
+        return [copy(Ref(Buffer.INPUT, s, n), Ref(Buffer.OUTPUT, s, n)) for s, n in whole]
+    actions: list[Action] = []
+    src = Buffer.INPUT
+    if partner is not None:
+        actions = exchange(
+            partner,
+            whole,
+            Buffer.INPUT,
+            Buffer.OUTPUT,
+            pieces,
+            receive=True,
+            reduce_with=Buffer.INPUT,
+        )
+        src = Buffer.OUTPUT
+    return unfold(rank, fold, whole, pieces, actions + body(new, src))
 
 
 def _allreduce(rank: int, fold: Fold, layout: ChunkLayout, c: int) -> list[Action]:
     k = layout.chunks
     whole = layout.runs(0, 1, c)
-    partner = fold.partner(rank)
-    new = fold.new_rank(rank)
-    if new is None:
-        hand_over = exchange(partner, whole, Buffer.INPUT, Buffer.OUTPUT, k, receive=False)
-        return unfold(rank, fold, whole, k, [], hand_over)
-    actions: list[Action] = []
-    src = Buffer.INPUT
-    if partner is not None:
-        actions += exchange(
-            partner, whole, Buffer.INPUT, Buffer.OUTPUT, k, receive=True, reduce_with=Buffer.INPUT
-        )
-        src = Buffer.OUTPUT
-    for other, _, _ in doubling_steps(new, fold.pof2):
-        peer = fold.old_rank(other)
-        actions += exchange(peer, whole, src, Buffer.OUTPUT, k, receive=False)
-        actions += exchange(peer, whole, src, Buffer.OUTPUT, k, receive=True, reduce_with=src)
-        src = Buffer.OUTPUT
-    if src is Buffer.INPUT:
-        actions += [copy(Ref(Buffer.INPUT, s, n), Ref(Buffer.OUTPUT, s, n)) for s, n in whole]
-    return unfold(rank, fold, whole, k, actions, [])
+
+    def exchanges(new: int, src: Buffer) -> list[Action]:
+        actions: list[Action] = []
+        for other, _, _ in doubling_steps(new, fold.pof2):
+            peer = fold.old_rank(other)
+            actions += exchange(peer, whole, src, Buffer.OUTPUT, k, receive=False)
+            actions += exchange(peer, whole, src, Buffer.OUTPUT, k, receive=True, reduce_with=src)
+            src = Buffer.OUTPUT
+        return actions
+
+    return folded_allreduce(rank, fold, whole, k, exchanges)
 
 
 def generate(

@@ -15,6 +15,7 @@ from commflow.runtime.errors import (
 )
 from commflow.runtime.init import DEFAULT_TIMEOUT, init
 from commflow.runtime.ops import OPS, dtype_of
+from commflow.runtime.programs import names as algorithm_names
 from commflow.runtime.world import WorldSpec, detect_world
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Communicator",
     "Handle",
     "WorldSpec",
+    "algorithm_names",
     "detect_world",
     "dtype_of",
     "init",

@@ -3,7 +3,8 @@
 Each rank copies its data into its own staging area in the host's segment and raises a flag;
 once every rank's flag is up, rank r reduces block r of every rank's stage in place (own data
 first, then the others by rank, so every element is reduced once, in a fixed order) and raises
-a second flag; then every rank copies the reduced blocks out (reduce-scatter: rank r reduces
+a second flag; then every rank copies the reduced blocks out (small allreduces: every rank
+reduces everything after the first flag) (reduce-scatter: rank r reduces
 straight into its output; allgather/broadcast: one flag, then copies out). That is the two-shot
 reduce-scatter + allgather of the ``direct`` family, with the messages replaced by loads from
 shared memory: per byte, one copy in, one read of every stage for the reduction and one copy
@@ -29,6 +30,9 @@ from commflow.runtime.protocol import Signature
 from commflow.runtime.transport.shm import ABORT_MISMATCH, ShmEndpoint
 
 NAME = "shm"
+ONE_SHOT = 16 << 10
+"""Allreduce segments up to this many bytes are reduced whole by every rank (one flag, no
+second pass), in rank order so every rank computes the same result."""
 COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER,
                Collective.BROADCAST)
 SUMMARY = ("shared staging buffers: copy in, reduce block r on rank r, copy out "
@@ -66,10 +70,17 @@ class SharedBufferPaths:
             stages = [host.stage[r][half * half_bytes:(half + 1) * half_bytes].view(send.dtype)
                       for r in range(n)]
             mine = stages[me]
-            if collective is Collective.ALLREDUCE:
+            if collective is Collective.ALLREDUCE and m * send.dtype.itemsize <= ONE_SHOT:
                 mine[:m] = send[lo:hi]
                 wait()
-                bounds = np.linspace(0, m, n + 1).astype(np.int64)
+                out = recv[lo:hi]
+                out[...] = stages[0][:m]
+                for r in range(1, n):
+                    reduce(out, stages[r][:m], out)
+            elif collective is Collective.ALLREDUCE:
+                mine[:m] = send[lo:hi]
+                wait()
+                bounds = [m * r // n for r in range(n + 1)]
                 s = slice(bounds[me], bounds[me + 1])
                 for r in others:
                     reduce(mine[s], stages[r][s], mine[s])

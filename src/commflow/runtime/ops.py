@@ -21,6 +21,18 @@ def dtype_of(spec: str | np.dtype | type) -> np.dtype:
 
     Raises ``CommflowError`` for unsupported types, listing the supported ones.
     """
+    known = _KNOWN.get(spec)
+    if known is not None:
+        return known
+    dt = _lookup(spec)
+    _KNOWN[spec] = dt
+    return dt
+
+
+_KNOWN: dict[object, np.dtype] = {}
+
+
+def _lookup(spec: str | np.dtype | type) -> np.dtype:
     if isinstance(spec, str) and spec == "bfloat16":
         import ml_dtypes
 

@@ -77,3 +77,10 @@ def check_algorithm(collective: Collective, name: str) -> None:
         return
     if collective not in _AUTO:
         raise AlgorithmError(f"no automatic choice for {collective.value}")
+
+
+def names(collective: Collective) -> list[str]:
+    """Every algorithm the runtime can run for ``collective``: the fast path (if it covers the
+    collective) and the registered programs (some apply only to certain rank counts)."""
+    fast = [fastpath.NAME] if collective in fastpath.COLLECTIVES else []
+    return fast + [a.name for a in algorithms.available(collective)]

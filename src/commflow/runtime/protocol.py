@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class Signature:
     root: int
     algorithm: str
 
-    @property
+    @cached_property
     def digest(self) -> int:
         """64-bit digest carried in every header."""
         text = "|".join(map(str, (self.op, self.collective, self.dtype, self.nbytes,

@@ -33,10 +33,6 @@ def reference_graph(topology: Topology, src: int, dst: int) -> nx.DiGraph:
     """networkx graph in which routes from ``src`` to ``dst`` must be shortest: without the
     other ranks when a switch-only path exists, else the whole graph."""
     g = topology.to_networkx()
-    others = [
-        n.id
-        for n in topology.nodes
-        if n.kind is NodeKind.RANK and n.id not in (src, dst)
-    ]
+    others = [n.id for n in topology.nodes if n.kind is NodeKind.RANK and n.id not in (src, dst)]
     switched = g.subgraph(set(g) - set(others))
     return switched if nx.has_path(switched, src, dst) else g

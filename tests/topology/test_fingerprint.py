@@ -57,7 +57,9 @@ def permuted_switches(topology, permutation):
     nodes = sorted(
         (Node(new_id[n.id], n.kind, n.name, n.box) for n in topology.nodes), key=lambda n: n.id
     )
-    links = [Link(new_id[lk.src], new_id[lk.dst], lk.bandwidth, lk.latency) for lk in topology.links]
+    links = [
+        Link(new_id[lk.src], new_id[lk.dst], lk.bandwidth, lk.latency) for lk in topology.links
+    ]
     return make_topology("permuted", nodes, links)
 
 

@@ -14,9 +14,9 @@ from commflow.errors import TopologyError
 from commflow.topology import (
     Node,
     NodeKind,
-    diameter,
     dgx1,
     dgx_a100,
+    diameter,
     fat_tree,
     make_topology,
     mi250,
@@ -30,7 +30,16 @@ from commflow.topology import (
 
 from .helpers import reference_graph
 
-TOPOLOGIES = [dgx1(), ndv2(2), ndv2(3), dgx_a100(2), mi250(2), torus((3, 3)), fat_tree(4), switch(5)]
+TOPOLOGIES = [
+    dgx1(),
+    ndv2(2),
+    ndv2(3),
+    dgx_a100(2),
+    mi250(2),
+    torus((3, 3)),
+    fat_tree(4),
+    switch(5),
+]
 
 
 def node_path(topology, path, src):

@@ -99,7 +99,9 @@ def test_dgx2_nvswitch_and_ib():
         assert {lk.dst for lk in topo.out_links(s.id)} == set(range(s.box * 16, s.box * 16 + 16))
 
 
-@pytest.mark.parametrize(("build", "port", "nic"), [(dgx_a100, 300e9, 25e9), (dgx_h100, 450e9, 50e9)])
+@pytest.mark.parametrize(
+    ("build", "port", "nic"), [(dgx_a100, 300e9, 25e9), (dgx_h100, 450e9, 50e9)]
+)
 def test_rail_optimized_boxes(build, port, nic):
     one = build()
     assert one.nnodes == 9 and not kinds(one, NodeKind.NIC)

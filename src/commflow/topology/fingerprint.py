@@ -20,14 +20,15 @@ SIGNIFICANT_DIGITS = 6
 """Bandwidth (bytes/s) and latency (s) are compared to this many significant digits."""
 
 Colours = list[int]
+Neighbours = tuple[list[list[tuple[str, int]]], list[list[tuple[str, int]]]]
+"""Per node, its ``(link label, neighbour)`` pairs: outgoing, then incoming."""
 
 
 def _link_label(bandwidth: float, latency: float) -> str:
     return f"{bandwidth:.{SIGNIFICANT_DIGITS}g}/{latency:.{SIGNIFICANT_DIGITS}g}"
 
 
-def _neighbours(topology: Topology) -> tuple[list[list[tuple[str, int]]], ...]:
-    """Per node, its ``(link label, neighbour)`` pairs: outgoing, then incoming."""
+def _neighbours(topology: Topology) -> Neighbours:
     outs: list[list[tuple[str, int]]] = [[] for _ in topology.nodes]
     ins: list[list[tuple[str, int]]] = [[] for _ in topology.nodes]
     for lk in topology.links:
@@ -37,12 +38,12 @@ def _neighbours(topology: Topology) -> tuple[list[list[tuple[str, int]]], ...]:
     return outs, ins
 
 
-def _refine(topology: Topology, seeds: list[Hashable]) -> Colours:
+def _refine(neighbours: Neighbours, seeds: list[Hashable]) -> Colours:
     """Colour refinement: split colour classes by the colours and link labels of each node's
     in- and out-neighbours until stable. Colours are the ranks of the sorted distinct
     signatures, so they depend only on the graph and the seeds (not on node numbering), and
     nodes matched by an isomorphism that preserves seeds and link labels get equal colours."""
-    outs, ins = _neighbours(topology)
+    outs, ins = neighbours
     colours: list = seeds
     nclasses = len(set(seeds))
     while True:
@@ -69,7 +70,7 @@ def fingerprint(topology: Topology) -> str:
         f"rank{n.id}/{n.box}" if n.kind is NodeKind.RANK else f"{n.kind.value}/{n.box}"
         for n in topology.nodes
     ]
-    colours = _refine(topology, seeds)
+    colours = _refine(_neighbours(topology), seeds)
     canonical = {
         "nranks": topology.nranks,
         "nodes": sorted(zip(colours, seeds, strict=True)),
@@ -85,7 +86,7 @@ def _individualized(colours: Colours, node: int) -> list[Hashable]:
     return [-1 if v == node else c for v, c in enumerate(colours)]
 
 
-def _branches(b: Topology, cb: Colours, refined_a: Colours, colour: int) -> Iterator:
+def _branches(b: Neighbours, cb: Colours, refined_a: Colours, colour: int) -> Iterator:
     """Candidate images in ``b`` of a node of ``colour``, each as the refined pair."""
     for w, c in enumerate(cb):
         if c == colour:
@@ -116,9 +117,10 @@ def isomorphic(a: Topology, b: Topology) -> bool:
     """
     if (a.nnodes, a.nranks, len(a.links)) != (b.nnodes, b.nranks, len(b.links)):
         return False
+    na, nb = _neighbours(a), _neighbours(b)
     start = (
-        _refine(a, [n.kind.value for n in a.nodes]),
-        _refine(b, [n.kind.value for n in b.nodes]),
+        _refine(na, [n.kind.value for n in a.nodes]),
+        _refine(nb, [n.kind.value for n in b.nodes]),
     )
     pending: list[Iterator] = [iter([start])]
     while pending:
@@ -138,5 +140,5 @@ def isomorphic(a: Topology, b: Topology) -> bool:
                 return True
             continue
         v = min(ambiguous, key=len)[0]
-        pending.append(_branches(b, cb, _refine(a, _individualized(ca, v)), ca[v]))
+        pending.append(_branches(nb, cb, _refine(na, _individualized(ca, v)), ca[v]))
     return False

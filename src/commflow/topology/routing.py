@@ -89,20 +89,16 @@ class _Router:
             )
         is_rank, out = self.is_rank, self.out
         paths: list[Path] = []
-        prefix: list[int] = []
-
-        def walk(node: int) -> None:
+        stack: list[tuple[int, Path]] = [(src, ())]
+        while stack:  # depth-first, paths in the order of the links leaving each node
+            node, prefix = stack.pop()
             if node == dst:
-                paths.append(tuple(prefix))
-                return
+                paths.append(prefix)
+                continue
             want = dist[node] - 1
-            for link, nxt in out[node]:
+            for link, nxt in reversed(out[node]):
                 if dist[nxt] == want and not (switched and is_rank[nxt] and nxt != dst):
-                    prefix.append(link)
-                    walk(nxt)
-                    prefix.pop()
-
-        walk(src)
+                    stack.append((nxt, (*prefix, link)))
         return tuple(paths)
 
     @cached_property

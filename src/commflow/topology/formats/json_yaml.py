@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -195,12 +196,25 @@ def parse_json(text: str, *, name: str = "topology", source: str = "<json>") -> 
     return from_dict(data, name=name, source=source)
 
 
+_YAML_FLOAT = re.compile(
+    r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9_]+|[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?$"
+)
+"""Floats as YAML 1.2 writes them: PyYAML (YAML 1.1) would read ``25e9`` as a string."""
+
+
 def parse_yaml(text: str, *, name: str = "topology", source: str = "<yaml>") -> Topology:
-    """Parse a YAML document in the schema above; errors name the line or element."""
+    """Parse a YAML document in the schema above; errors name the line or element.
+
+    Numbers in exponent form without a dot or sign (``25e9``) are read as floats.
+    """
     import yaml
 
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML_FLOAT, list("-+0123456789."))
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""

@@ -97,7 +97,8 @@ class _Reader:
         try:
             return kind(text)
         except ValueError:
-            self.fail(element, f"attribute {name}={text!r} is not a {kind.__name__}")
+            what = "an integer" if kind is int else "a number"
+            self.fail(element, f"attribute {name}={text!r} is not {what}")
 
 
 def _rank_order(reader: _Reader, gpus: list[_Element]) -> list[int]:

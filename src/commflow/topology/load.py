@@ -110,7 +110,8 @@ def _load_file(path: Path) -> Topology:
 
 
 def load(name_or_path: str | os.PathLike) -> Topology:
-    """A topology from a preset name (see :func:`presets`) or a file path.
+    """A topology from a preset name (see :func:`presets`) or a file path; a string that
+    matches a preset is the preset even if a file of that name exists.
 
     Raises ``TopologyError`` for an unknown name (listing the presets), an unreadable file, or
     a malformed file (naming its line or element).

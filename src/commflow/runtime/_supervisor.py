@@ -212,7 +212,7 @@ class Supervisor:
         if code == 0 or self._status is not None:
             return
         self._status = code if code > 0 else 128 - code
-        others = f"; stopping the other {len(self._live)} ranks" if self._live else ""
+        others = f"; stopping ranks {sorted(self._live)}" if self._live else ""
         self.note(f"rank {rank} {describe_exit(code)}{others}")
         self._stop(signal.SIGTERM)
 

@@ -3,8 +3,9 @@
 Each rank copies its data into its own staging area in the host's segment and raises a flag;
 once every rank's flag is up, rank r reduces block r of every rank's stage in place (own data
 first, then the others by rank, so every element is reduced once, in a fixed order) and raises
-a second flag; then every rank copies the reduced blocks out (small allreduces: every rank
-reduces everything after the first flag) (reduce-scatter: rank r reduces
+a second flag; then every rank copies the reduced blocks out (small allreduces, and any
+allreduce on two ranks where it moves fewer bytes: every rank reduces everything after the
+first flag; ``a + b == b + a`` exactly, so both ranks agree) (reduce-scatter: rank r reduces
 straight into its output; allgather/broadcast: one flag, then copies out). That is the two-shot
 reduce-scatter + allgather of the ``direct`` family, with the messages replaced by loads from
 shared memory: per byte, one copy in, one read of every stage for the reduction and one copy
@@ -70,7 +71,11 @@ class SharedBufferPaths:
             stages = [host.stage[r][half * half_bytes:(half + 1) * half_bytes].view(send.dtype)
                       for r in range(n)]
             mine = stages[me]
-            if collective is Collective.ALLREDUCE and m * send.dtype.itemsize <= ONE_SHOT:
+            if collective is Collective.ALLREDUCE and n == 2:
+                mine[:m] = send[lo:hi]
+                wait()
+                reduce(send[lo:hi], stages[1 - me][:m], recv[lo:hi])
+            elif collective is Collective.ALLREDUCE and m * send.dtype.itemsize <= ONE_SHOT:
                 mine[:m] = send[lo:hi]
                 wait()
                 out = recv[lo:hi]

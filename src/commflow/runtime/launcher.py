@@ -34,6 +34,7 @@ NETNS_DIR = Path("/var/run/netns")
 """Where ``ip netns`` keeps its named network namespaces."""
 
 _HOST_RE = re.compile(r"h(\d+):(\d+)")
+_JOB_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,6 +218,8 @@ def launch(
     on timeout. Raises ``CommflowError`` for a bad request or a command that cannot be started.
     """
     job = job or new_job_id()
+    if not _JOB_RE.fullmatch(job):
+        raise CommflowError(f"bad job id {job!r}: use 1-64 letters, digits, '_' or '-'")
     if isinstance(hosts, str):
         hosts = parse_hosts(hosts)
     if hosts:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from commflow.cli import algos, program, simulate, topo
+from commflow.cli import algos, program, run, simulate, topo
 from commflow.cli._output import err
 from commflow.errors import CommflowError
 
@@ -29,6 +29,7 @@ app.command("verify")(program.verify)
 app.command("export")(program.export)
 app.command("sim")(simulate.sim)
 app.command("bound")(simulate.bound)
+app.command("run", context_settings=run.CONTEXT_SETTINGS)(run.run)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,69 @@
+"""``commflow run``: start a job's ranks on this machine (or on emulated hosts)."""
+
+from __future__ import annotations
+
+import typer
+
+from commflow.errors import CommflowError
+from commflow.runtime.launcher import GRACE, launch, parse_hosts
+
+CONTEXT_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+"""Options end at the command's first word: what follows belongs to the command."""
+
+
+def run(
+    command: list[str] = typer.Argument(
+        ..., metavar="COMMAND", help="Program and its arguments; a .py file runs with Python."
+    ),
+    nprocs: int = typer.Option(
+        None, "-n", "--nprocs", help="Number of ranks (default with --hosts: all their slots)."
+    ),
+    hosts: str = typer.Option(
+        None,
+        "--hosts",
+        help="Emulated hosts of `commflow cluster up` and their ranks: h0:2,h1:2.",
+    ),
+    job: str = typer.Option(None, "--job", help="Job id (default: a fresh random one)."),
+    timeout: float = typer.Option(
+        None, "--timeout", help="Stop the ranks after this many seconds (exit status 124)."
+    ),
+    grace: float = typer.Option(
+        GRACE, "--grace", help="Seconds between a forwarded signal and SIGKILL."
+    ),
+    prefix: bool = typer.Option(
+        True, "--prefix/--no-prefix", help="Prefix every output line with \\[rank N]."
+    ),
+) -> None:
+    """Start ranks of COMMAND with the environment commflow.init() and
+    torch.distributed code expect.
+
+    Each rank gets COMMFLOW_RANK, COMMFLOW_WORLD_SIZE, COMMFLOW_LOCAL_RANK,
+    COMMFLOW_LOCAL_SIZE, COMMFLOW_JOB and torchrun's RANK, WORLD_SIZE,
+    LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Output lines are
+    prefixed with \\[rank N], standard output and error kept apart.
+
+    Ctrl-C and SIGTERM are forwarded to every rank (SIGKILL after --grace
+    seconds, or at a second Ctrl-C). When a rank fails the others are stopped
+    and the exit status is that rank's (128 + signal number when killed). The
+    job's shared memory is removed at the end.
+
+    [bold]Examples[/bold]
+
+      commflow run -n 4 train.py --epochs 1
+      commflow run -n 2 -- python -c "import os; print(os.environ['RANK'])"
+      commflow run --hosts h0:2,h1:2 bench.py
+    """
+    if nprocs is None:
+        if hosts is None:
+            raise CommflowError("give the number of ranks with -n (or hosts with --hosts)")
+        nprocs = sum(host.slots for host in parse_hosts(hosts))
+    code = launch(
+        command,
+        nprocs,
+        hosts=hosts,
+        job=job,
+        prefix_output=prefix,
+        timeout=timeout,
+        grace=grace,
+    )
+    raise typer.Exit(code)

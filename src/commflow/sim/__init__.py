@@ -1,0 +1,81 @@
+"""Simulation of programs on topologies: predicted time, bus bandwidth, link load.
+
+:func:`simulate` times a :class:`~commflow.ir.Program` on a
+:class:`~commflow.topology.graph.Topology` under one of two models:
+
+- ``"alphabeta"`` (:mod:`commflow.sim.alphabeta`): per message ``alpha + bytes/bandwidth``,
+  link contention counted among the sends of one wave of the step graph;
+- ``"flow"`` (:mod:`commflow.sim.flow`): event-driven flows sharing links max-min fairly.
+
+Both share the step semantics of :mod:`commflow.sim.dag` and the routing of
+:mod:`commflow.sim.paths` (ECMP routes with packet spraying). :func:`lower_bound`
+(:mod:`commflow.sim.bounds`) gives what no program can beat on a topology.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from commflow.errors import SimulationError
+from commflow.ir import Program
+from commflow.sim.alphabeta import run_alphabeta
+from commflow.sim.bounds import Bound, lower_bound
+from commflow.sim.dag import StepCosts, StepGraph
+from commflow.sim.flow import run_flow
+from commflow.sim.paths import Connections, place
+from commflow.sim.result import CriticalStep, SimResult, make_result
+from commflow.topology.graph import Topology
+
+_RUNNERS = {"alphabeta": run_alphabeta, "flow": run_flow}
+MODELS = tuple(_RUNNERS)
+"""Names of the cost models :func:`simulate` accepts."""
+
+
+def _check_bandwidth(name: str, value: float | None) -> None:
+    if value is not None and not (isinstance(value, int | float) and 0 < value < math.inf):
+        raise SimulationError(f"{name} must be a positive number of bytes/s or None, got {value!r}")
+
+
+def simulate(
+    program: Program,
+    topology: Topology,
+    size: float,
+    *,
+    model: str = "alphabeta",
+    placement: Sequence[int] | None = None,
+    reduce_bandwidth: float | None = None,
+    copy_bandwidth: float | None = None,
+) -> SimResult:
+    """Predict how long ``program`` takes on ``topology`` for a ``size``-byte collective.
+
+    ``size`` in bytes (nccl-tests meaning; each chunk is ``program.chunk_bytes(size)``).
+    ``placement`` gives the topology node of each participant (default: rank ``i`` on node
+    ``i``; in-network participants need one). ``reduce_bandwidth`` and ``copy_bandwidth``
+    (bytes/s) price local reductions and copies; ``None`` makes them free. Raises
+    ``SimulationError`` for an unknown model, a bad size, bandwidth or placement, a missing
+    route or a deadlock, and ``VerificationError`` when sends and receives do not pair up.
+    """
+    if model not in _RUNNERS:
+        raise SimulationError(f"unknown model {model!r}; use one of {', '.join(MODELS)}")
+    if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
+        raise SimulationError(f"size must be a finite number of bytes >= 0, got {size!r}")
+    _check_bandwidth("reduce_bandwidth", reduce_bandwidth)
+    _check_bandwidth("copy_bandwidth", copy_bandwidth)
+    conns = Connections(program, topology, place(program, topology, placement))
+    graph = StepGraph(program, conns.contended_sends())
+    chunk_bytes = program.chunk_bytes(size)
+    costs = StepCosts(graph, conns, chunk_bytes, reduce_bandwidth, copy_bandwidth)
+    sweep = _RUNNERS[model](graph, conns, costs)
+    return make_result(
+        model,
+        program,
+        float(size),
+        sweep.finish,
+        sweep.critical_path(),
+        conns.link_bytes(chunk_bytes),
+        conns.bandwidth,
+    )
+
+
+__all__ = ["MODELS", "Bound", "CriticalStep", "SimResult", "lower_bound", "simulate"]

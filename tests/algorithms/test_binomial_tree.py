@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from commflow.algorithms import build
-from commflow.algorithms.binomial_tree import Tree, binomial_tree
+from commflow.algorithms.binomial_tree import binomial_tree
+from commflow.algorithms.trees import Tree
 from commflow.errors import AlgorithmError
 from commflow.ir import Op
 

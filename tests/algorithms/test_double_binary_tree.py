@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from commflow.algorithms import build
-from commflow.algorithms.binomial_tree import Tree
 from commflow.algorithms.double_binary_tree import binary_tree_parents, double_binary_trees
+from commflow.algorithms.trees import Tree
 
 from .alphabeta import alpha_beta_time
 from .interpret import check_numerically

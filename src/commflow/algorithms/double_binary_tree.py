@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from commflow.algorithms.binomial_tree import Tree, tree_program
 from commflow.algorithms.registry import register
+from commflow.algorithms.trees import Tree, tree_program
 from commflow.collectives import Collective
 from commflow.ir import Program
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,29 +74,46 @@ def _fail(program: Program, mask: np.ndarray, what: str) -> None:
 
 
 def _check_structure(program: Program) -> None:
+    """Whole-array checks first (a few passes over the columns); the offending steps are
+    located only when a check fails."""
     t = program.table
+    if len(t) == 0:
+        return
     nparts = len(program.participants)
-    _fail(program, (t.part < 0) | (t.part >= nparts), "participant out of range")
-    _fail(program, (t.chan < 0), "negative channel id")
-    _fail(program, (t.op < 0) | (t.op > max(Op)), "unknown op")
-    _fail(program, t.count < 1, "count must be >= 1")
-    op = t.op
-    comm = (op == Op.SEND) | (op == Op.RECV) | (op == Op.RECV_REDUCE)
-    _fail(program, comm & ((t.peer < 0) | (t.peer >= nparts)), "peer out of range")
-    _fail(program, comm & (t.peer == t.part), "peer is the participant itself")
-    _fail(program, ~comm & (t.peer != -1), "local step with a peer")
-    needs_src = (op == Op.SEND) | (op == Op.RECV_REDUCE) | (op == Op.COPY) | (op == Op.REDUCE)
-    needs_dst = op != Op.SEND
-    _fail(program, needs_src != (t.src_buf >= 0), "src present/absent contrary to the op")
-    _fail(program, needs_dst != (t.dst_buf >= 0), "dst present/absent contrary to the op")
-    sizes = np.array([[p.input_chunks, p.output_chunks, p.scratch_chunks]
-                      for p in program.participants], dtype=np.int64)
+
+    def check(ok: bool, bad: Callable[[], np.ndarray], what: str) -> None:
+        if not ok:
+            _fail(program, bad(), what)
+
+    part, peer, op = t.part, t.peer, t.op
+    check(part.min() >= 0 and part.max() < nparts, lambda: (part < 0) | (part >= nparts),
+          "participant out of range")
+    check(t.chan.min() >= 0, lambda: t.chan < 0, "negative channel id")
+    check(op.min() >= 0 and op.max() <= max(Op), lambda: (op < 0) | (op > max(Op)), "unknown op")
+    check(t.count.min() >= 1, lambda: t.count < 1, "count must be >= 1")
+    comm = op <= Op.RECV_REDUCE
+    check(peer.max() < nparts, lambda: peer >= nparts, "peer out of range")
+    check(bool(np.array_equal(comm, peer >= 0)), lambda: comm != (peer >= 0),
+          "peer missing on a communication step, or present on a local one")
+    check(peer.min() >= -1, lambda: peer < -1, "peer out of range")
+    check(not (peer == part).any(), lambda: peer == part, "peer is the participant itself")
+    check(bool(np.array_equal(op != Op.RECV, t.src_buf >= 0)),
+          lambda: (op != Op.RECV) != (t.src_buf >= 0), "src present/absent contrary to the op")
+    check(bool(np.array_equal(op != Op.SEND, t.dst_buf >= 0)),
+          lambda: (op != Op.SEND) != (t.dst_buf >= 0), "dst present/absent contrary to the op")
+    rank = program.participants[0]
+    unbounded = np.iinfo(np.int64).max
+    caps = np.array([unbounded, rank.input_chunks, rank.output_chunks, unbounded])
     for buf, off, label in ((t.src_buf, t.src_off, "src"), (t.dst_buf, t.dst_off, "dst")):
-        used = buf >= 0
-        _fail(program, used & (buf > Buffer.SCRATCH), f"{label} names an unknown buffer")
-        cap = sizes[t.part, np.clip(buf, 0, 2)]
-        _fail(program, used & ((off < 0) | (off + t.count > cap)),
-              f"{label} chunk reference outside its buffer")
+        check(buf.max() <= Buffer.SCRATCH, lambda buf=buf: buf > Buffer.SCRATCH,
+              f"{label} names an unknown buffer")
+        check(bool(np.array_equal(buf >= 0, off >= 0)), lambda buf=buf, off=off:
+              (buf >= 0) != (off >= 0), f"{label} chunk reference outside its buffer")
+        end = off + t.count
+        over = end > caps[buf + 1]
+        if nparts > program.nranks:
+            over |= (part >= program.nranks) & (buf >= 0) & (buf < Buffer.SCRATCH)
+        check(not over.any(), lambda over=over: over, f"{label} chunk reference outside its buffer")
     if len(t.dep_idx):
         owner = np.repeat(np.arange(len(t), dtype=np.int64), np.diff(t.dep_ptr))
         bad = (t.dep_idx < 0) | (t.dep_idx >= len(t))

@@ -38,6 +38,10 @@ def test_documented_commands_run(commflow, tmp_path, monkeypatch):
             assert words[1] == "-c"
             exec(words[2], {})  # the doc's one-line file edits
             continue
+        if words[0] == "echo":
+            assert words[2] == ">"
+            Path(words[3]).write_text(words[1] + "\n")
+            continue
         run = commflow(*words[1:])
         assert run.code == expected_status(first_line), (command, run.stderr)
         output = (run.stdout + run.stderr).split()

@@ -17,6 +17,7 @@ COMMANDS = [
     ["export"],
     ["sim"],
     ["bound"],
+    ["run"],
 ]
 
 

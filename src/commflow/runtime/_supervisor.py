@@ -193,22 +193,28 @@ class Supervisor:
         if self._kill_at is None:
             self._kill_at = time.monotonic() + self._grace
 
-    def _on_output(self, pipe: BinaryIO) -> None:
+    def _on_output(self, pipe: BinaryIO) -> bool:
+        """Relay what ``pipe`` holds; False once it is empty for now or closed."""
         try:
             data = os.read(pipe.fileno(), _READ)
         except BlockingIOError:
-            return
+            return False
         if data:
             self._pipes[pipe].feed(data)
-            return
+            return True
         self._sel.unregister(pipe)
         self._pipes.pop(pipe).close()
         pipe.close()
+        return False
 
     def _on_exit(self, rank: int, pidfd: int) -> None:
         self._sel.unregister(pidfd)
         os.close(pidfd)
-        code = self._live.pop(rank).wait()
+        proc = self._live.pop(rank)
+        code = proc.wait()
+        for pipe in (proc.stdout, proc.stderr):  # its last words come before our message
+            while pipe in self._pipes and self._on_output(pipe):
+                pass
         if code == 0 or self._status is not None:
             return
         self._status = code if code > 0 else 128 - code

@@ -98,26 +98,35 @@ def free_port(address: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def namespace_address(namespace: str) -> str:
-    """The first global IPv4 address inside network namespace ``namespace``.
-
-    Raises ``CommflowError`` when the namespace does not exist or has no address.
-    """
+def check_namespace(namespace: str) -> None:
+    """Raise ``CommflowError`` unless the network namespace ``namespace`` exists."""
     if not (NETNS_DIR / namespace).exists():
         raise CommflowError(
             f"no network namespace {namespace}: create the emulated hosts first with "
             f"`commflow cluster up --hosts N`"
         )
-    shown = subprocess.run(
-        ["ip", "-n", namespace, "-o", "-4", "addr", "show", "scope", "global"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+
+
+def namespace_address(namespace: str) -> str:
+    """The first global IPv4 address inside network namespace ``namespace``.
+
+    Raises ``CommflowError`` when the namespace does not exist or has no address.
+    """
+    check_namespace(namespace)
+    try:
+        shown = subprocess.run(
+            ["ip", "-n", namespace, "-o", "-4", "addr", "show", "scope", "global"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise CommflowError("--hosts needs the `ip` command (iproute2): install it") from None
     match = re.search(r"\binet (\d+\.\d+\.\d+\.\d+)/", shown.stdout)
     if shown.returncode != 0 or match is None:
+        detail = f" ({shown.stderr.strip()})" if shown.stderr.strip() else ""
         raise CommflowError(
-            f"network namespace {namespace} has no IPv4 address ({shown.stderr.strip()}); "
+            f"network namespace {namespace} has no IPv4 address{detail}; "
             f"recreate it with `commflow cluster down` and `commflow cluster up`"
         )
     return match[1]
@@ -223,9 +232,9 @@ def launch(
     if isinstance(hosts, str):
         hosts = parse_hosts(hosts)
     if hosts:
+        for host in hosts:
+            check_namespace(host.namespace)
         master_addr = namespace_address(hosts[0].namespace)
-        for host in hosts[1:]:
-            namespace_address(host.namespace)
     else:
         master_addr = "127.0.0.1"
     specs = rank_specs(

@@ -71,10 +71,10 @@ def bye(signum, frame):
     sys.exit(0)
 for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, signal.SIG_IGN if os.environ.get("IGNORE") else bye)
+print("ready", flush=True)
 (barrier / str(rank)).touch()
 while len(list(barrier.iterdir())) < size:
     time.sleep(0.01)
-print("ready", flush=True)
 if rank == int(os.environ.get("FAIL", -1)):
     print(f"rank {rank} fails", file=sys.stderr, flush=True)
     if os.environ["FAIL_HOW"] == "exit":
@@ -221,6 +221,8 @@ def test_bad_requests_raise_before_anything_starts(tmp_path, monkeypatch):
         rank_specs(["x"], 4, job="j", master_addr="a", master_port=1, hosts=parse_hosts("h0:3"))
     with pytest.raises(CommflowError, match="bad job id"):
         launch(["true"], 1, job="a/b")
+    with pytest.raises(CommflowError, match="need grace >= 0 and timeout > 0"):
+        launch(["true"], 1, timeout=0)
     monkeypatch.setattr(launcher, "NETNS_DIR", tmp_path)
     with pytest.raises(CommflowError, match="no network namespace commflow-h0.*cluster up"):
         launch(["true"], 2, hosts="h0:2")

@@ -229,6 +229,8 @@ def launch(
     job = job or new_job_id()
     if not _JOB_RE.fullmatch(job):
         raise CommflowError(f"bad job id {job!r}: use 1-64 letters, digits, '_' or '-'")
+    if grace < 0 or (timeout is not None and timeout <= 0):
+        raise CommflowError(f"need grace >= 0 and timeout > 0 seconds, got {grace}, {timeout}")
     if isinstance(hosts, str):
         hosts = parse_hosts(hosts)
     if hosts:
@@ -247,13 +249,12 @@ def launch(
     )
     base = {"PYTHONUNBUFFERED": "1", **os.environ, **(env or {})}
     runner = Supervisor(
-        stdout=stdout or sys.stdout.buffer,
-        stderr=stderr or sys.stderr.buffer,
+        stdout=sys.stdout.buffer if stdout is None else stdout,
+        stderr=sys.stderr.buffer if stderr is None else stderr,
         grace=grace,
     )
-    catch = threading.current_thread() is threading.main_thread()
-    previous = {}
-    if catch:
+    previous: dict[int, object] = {}
+    if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, runner.on_signal)
     try:

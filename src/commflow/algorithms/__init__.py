@@ -1,7 +1,8 @@
 """Predefined collective algorithms as program generators, one module per family.
 
-``build(collective, name, nranks, **params)`` generates a program; ``available(collective)``
-lists what is registered.
+``build(collective, name, nranks, **params)`` generates a program; ``build_for(collective,
+name, topology)`` generates it for a topology's ranks with topology-aware defaults;
+``available(collective)`` lists what is registered.
 """
 
 from commflow.algorithms import (  # noqa: F401 (imported to register the families)
@@ -16,6 +17,7 @@ from commflow.algorithms import (  # noqa: F401 (imported to register the famili
     ring,
     torus2d,
 )
+from commflow.algorithms.placement import build_for
 from commflow.algorithms.registry import Algorithm, available, build, get, register
 
-__all__ = ["Algorithm", "available", "build", "get", "register"]
+__all__ = ["Algorithm", "available", "build", "build_for", "get", "register"]

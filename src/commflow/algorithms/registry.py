@@ -7,12 +7,13 @@ does not apply to the arguments (saying why and what would).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from commflow.collectives import Collective, check_root, parse_collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program
+from commflow.ir.transform import relabel
 
 Generator = Callable[..., Program]
 
@@ -70,12 +71,15 @@ def get(collective: Collective | str, name: str) -> Algorithm:
 
 
 def build(collective: Collective | str, name: str, nranks: int, *, chunks: int = 1,
-          channels: int = 1, root: int | None = None, **params: object) -> Program:
+          channels: int = 1, root: int | None = None, order: Sequence[int] | None = None,
+          **params: object) -> Program:
     """Generate the program of algorithm ``name`` for ``collective`` on ``nranks`` ranks.
 
     ``chunks`` pipelines (each block is cut into that many chunks sent one after another);
-    ``channels`` splits the data over that many independent channels. Raises
-    ``AlgorithmError`` when the algorithm is unknown or does not apply.
+    ``channels`` splits the data over that many independent channels; ``order`` lays the
+    algorithm out with rank ``order[i]`` in the place of rank ``i`` (e.g. a ring along
+    NVLinks, see :func:`commflow.topology.ring_order`). Raises ``AlgorithmError`` when the
+    algorithm is unknown or does not apply, ``ProgramError`` for a bad ``order``.
     """
     algorithm = get(collective, name)
     if nranks < 1:
@@ -86,6 +90,15 @@ def build(collective: Collective | str, name: str, nranks: int, *, chunks: int =
     if unknown:
         raise AlgorithmError(
             f"{algorithm.key}: unknown parameter(s) {sorted(unknown)}; it takes "
-            f"{', '.join(('chunks', 'channels', 'root', *algorithm.params))}")
-    return algorithm.generator(algorithm.collective, nranks, chunks=chunks, channels=channels,
-                               root=check_root(algorithm.collective, nranks, root), **params)
+            f"{', '.join(('chunks', 'channels', 'root', 'order', *algorithm.params))}")
+    root = check_root(algorithm.collective, nranks, root)
+    if order is None or list(order) == list(range(nranks)):
+        return algorithm.generator(algorithm.collective, nranks, chunks=chunks,
+                                   channels=channels, root=root, **params)
+    if sorted(order) != list(range(nranks)):
+        raise AlgorithmError(f"{algorithm.key}: order must be a permutation of 0..{nranks - 1}, "
+                             f"got {list(order)}")
+    position = None if root is None else list(order).index(root)
+    program = algorithm.generator(algorithm.collective, nranks, chunks=chunks,
+                                  channels=channels, root=position, **params)
+    return relabel(program, order)

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress
 
-from commflow.algorithms import build as build_program
+from commflow.algorithms import build_for
 from commflow.cli._output import dtype_size, echo_json, err, gbps, number, out, parse_params, usec
 from commflow.sim import Bound, SimResult, lower_bound, simulate
 from commflow.topology import Topology, load
@@ -46,9 +46,11 @@ def sim(
 ) -> None:
     """Simulate an algorithm on a topology over a range of sizes, like nccl-tests.
 
-    The program is built for the topology's ranks. Columns: size(B) count type time(us)
-    algbw(GB/s) busbw(GB/s), then the lower bound's time and %bound = bound / time * 100
-    (100 means the algorithm meets the bound). GB = 1e9 bytes; sizes take K/M/G suffixes.
+    The program is built for the topology's ranks with topology-aware defaults (a ring
+    follows the fastest direct links; hierarchical takes one box per group). Columns:
+    size(B) count type time(us) algbw(GB/s) busbw(GB/s), then the lower bound's time and
+    %bound = bound / time * 100 (100 means the algorithm meets the bound). GB = 1e9 bytes;
+    sizes take K/M/G suffixes.
 
     [bold]Examples[/bold]
 
@@ -59,10 +61,10 @@ def sim(
     topology = load(topo)
     name, elem = dtype_size(dtype)
     sizes = size_range(parse_size(begin), parse_size(end), factor)
-    program = build_program(
+    program = build_for(
         collective,
         algo,
-        topology.nranks,
+        topology,
         chunks=chunks,
         channels=channels,
         root=root,

@@ -11,6 +11,7 @@ from commflow.ir.msccl import to_msccl_xml
 from commflow.ir.program import Participant, Program, StepTable
 from commflow.ir.serialize import from_json, load_program, save_program, to_json
 from commflow.ir.step import Buffer, Op, ParticipantKind, Ref, Step, inp, out, scr
+from commflow.ir.transform import relabel
 from commflow.ir.verify import element_trace, verify
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "make_program",
     "match_transfers",
     "out",
+    "relabel",
     "save_program",
     "scr",
     "to_json",

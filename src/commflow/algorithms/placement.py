@@ -1,0 +1,29 @@
+"""Instantiating an algorithm for a topology: the rank count, and the defaults a topology
+implies (ring order along direct links, box size of hierarchical algorithms)."""
+
+from __future__ import annotations
+
+from commflow.algorithms.registry import build, get
+from commflow.collectives import Collective
+from commflow.ir import Program
+from commflow.topology.graph import Topology
+from commflow.topology.rings import ring_order
+
+
+def build_for(collective: Collective | str, name: str, topology: Topology,
+              **params: object) -> Program:
+    """Generate algorithm ``name`` for every rank of ``topology``.
+
+    Unless given in ``params``: ``ring`` follows :func:`~commflow.topology.ring_order` (a
+    cycle over the fastest direct links, e.g. 0 1 3 2 6 7 5 4 on a DGX-1), and
+    ``hierarchical`` takes the ranks of one box as its ``box`` when the topology has several
+    boxes of equal size. Other parameters go to :func:`~commflow.algorithms.build`.
+    """
+    algorithm = get(collective, name)
+    n = topology.nranks
+    if name == "ring" and "order" not in params:
+        params["order"] = ring_order(topology)
+    if "box" in algorithm.params and "box" not in params and topology.nboxes > 1 \
+            and n % topology.nboxes == 0:
+        params["box"] = n // topology.nboxes
+    return build(algorithm.collective, name, n, **params)

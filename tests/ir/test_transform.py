@@ -1,0 +1,56 @@
+"""relabel: a program laid out on another rank order still implements its collective."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commflow.algorithms import build
+from commflow.errors import ProgramError
+from commflow.ir import relabel, verify
+
+CASES = [("allreduce", "ring"), ("allgather", "ring"), ("reducescatter", "ring"),
+         ("broadcast", "ring"), ("alltoall", "pairwise"), ("gather", "direct"),
+         ("scatter", "binomial_tree"), ("allreduce", "double_binary_tree")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(CASES), st.integers(2, 9), st.randoms(use_true_random=False))
+def test_relabelled_programs_verify(case, n, rnd):
+    collective, name = case
+    order = list(range(n))
+    rnd.shuffle(order)
+    program = build(collective, name, n, chunks=2)
+    moved = relabel(program, order)
+    verify(moved)
+    assert moved.nsteps == program.nsteps
+    assert dict(moved.params)["order"] == tuple(order)
+    # rank order[i] does what rank i did
+    for i in range(n):
+        mine = program.steps(i, 0)
+        theirs = moved.steps(order[i], 0)
+        assert [s.op for s in mine] == [s.op for s in theirs]
+        assert [None if s.peer is None else order[s.peer] for s in mine] == \
+            [s.peer for s in theirs]
+
+
+def test_relabel_maps_the_root():
+    program = build("broadcast", "binomial_tree", 4, root=0)
+    assert relabel(program, [2, 0, 3, 1]).root == 2
+
+
+def test_relabel_rejects_bad_orders():
+    program = build("allreduce", "ring", 4)
+    with pytest.raises(ProgramError, match="permutation"):
+        relabel(program, [0, 1, 1, 2])
+    with pytest.raises(ProgramError, match="does not keep contiguous"):
+        relabel(build("alltoall", "bruck", 5), [4, 3, 2, 1, 0])
+
+
+def test_identity_relabel_keeps_every_column():
+    program = build("allgather", "recursive_doubling", 8)
+    same = relabel(program, range(8))
+    for column in ("part", "peer", "src_off", "dst_off", "op", "count"):
+        assert np.array_equal(getattr(program.table, column), getattr(same.table, column))

@@ -1,0 +1,48 @@
+"""ring_order: rings follow the fastest direct links."""
+
+from __future__ import annotations
+
+import pytest
+
+from commflow.topology import dgx1, dgx_a100, load, mi250, ndv2, ring, ring_order, switch
+
+
+def _links(topology, order):
+    n = len(order)
+    return [topology.link(order[i], order[(i + 1) % n]) for i in range(n)]
+
+
+def _is_permutation(order, n):
+    return sorted(order) == list(range(n))
+
+
+def test_dgx1_ring_uses_double_nvlinks_only():
+    topology = dgx1()
+    order = ring_order(topology)
+    assert _is_permutation(order, 8)
+    assert all(link is not None and link.bandwidth == 50e9 for link in _links(topology, order))
+
+
+def test_ndv2x2_ring_crosses_boxes_on_the_two_ib_links():
+    topology = ndv2(2)
+    order = ring_order(topology)
+    links = _links(topology, order)
+    assert all(link is not None for link in links)
+    crossing = [lk for lk in links if topology.box_of(lk.src) != topology.box_of(lk.dst)]
+    assert len(crossing) == 2 and all(lk.bandwidth == 12.5e9 for lk in crossing)
+
+
+def test_mi250_ring_uses_direct_xgmi_links():
+    topology = mi250(1)
+    order = ring_order(topology)
+    assert all(link is not None for link in _links(topology, order))
+
+
+def test_multi_box_mi250_orders_each_box_contiguously():
+    order = ring_order(mi250(2))
+    assert sorted(order[:16]) == list(range(16)) and sorted(order[16:]) == list(range(16, 32))
+
+
+@pytest.mark.parametrize("topology", [ring(6), switch(5), dgx_a100(2), load("fc8")])
+def test_identity_when_nothing_is_gained(topology):
+    assert ring_order(topology) == tuple(range(topology.nranks))

@@ -135,6 +135,24 @@ def test_local_steps_cost_bytes_over_their_bandwidth(model):
 
 
 @pytest.mark.parametrize("model", MODELS)
+def test_dependencies_across_channels_order_steps(model):
+    """Rank 0 copies on channel 0 (1 s) and, on channel 1, sends once the copy is done; the
+    critical path runs copy -> send -> receive."""
+    b = ProgramBuilder(Collective.ALLGATHER, 2, chunk_factor=1, name="deps")
+    copy = b.copy(0, inp(0), out(0), channel=0)
+    send = b.send(0, 1, inp(0), channel=1, deps=[copy])
+    recv = b.recv(1, 0, out(0), channel=1)
+    program = b.build()
+    result = simulate(
+        program, ring(2, bandwidth=BW, latency=ALPHA), 2e10, model=model, copy_bandwidth=BW
+    )
+    steps = [program.step_range(s.participant, s.channel)[s.position] for s in (copy, send, recv)]
+    assert result.finish[steps] == pytest.approx([1.0, 2.0, 2.0 + ALPHA])
+    assert result.critical_path == tuple(steps)
+    assert [r.op for r in result.describe_critical_path(program)] == [Op.COPY, Op.SEND, Op.RECV]
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_placement_moves_ranks_onto_nodes(model):
     """The ring allreduce placed in reverse on a ring topology uses the backward links."""
     p, n = 4, 1e6

@@ -42,7 +42,7 @@ def run_alphabeta(graph: StepGraph, conns: Connections, costs: StepCosts) -> Swe
         if not len(wave):
             break
         finish = sweep.start(wave, codes) + costs.duration[wave]
-        shared = np.flatnonzero(codes & CONTENDED)
+        shared = (codes & CONTENDED).nonzero()[0]
         if len(shared):
             steps = wave[shared]
             finish[shared] += costs.nbytes(steps) * wave_time_per_byte(conns, steps)

@@ -67,12 +67,16 @@ class StepGraph:
         self.partner = match_transfers(program)
         recv = np.flatnonzero(self.partner >= 0)
         self.partner[self.partner[recv]] = recv
-        ndeps = np.diff(t.dep_ptr).astype(np.int32)
-        self.indegree = ndeps + ((self.code & FIRST) == 0) + ((self.code & RECV) != 0)
+        self.indegree = ((self.code & FIRST) == 0).astype(np.int32)
+        self.indegree[recv] += 1
         self.has_deps = len(t.dep_idx) > 0
-        order = np.argsort(t.dep_idx, kind="stable")
-        self.dep_target = t.dep_idx[order]
-        self.dep_owner = np.repeat(np.arange(n, dtype=np.int64), ndeps)[order]
+        self.dep_target = self.dep_owner = np.zeros(0, dtype=np.int64)
+        if self.has_deps:
+            ndeps = np.diff(t.dep_ptr)
+            self.indegree += ndeps.astype(np.int32)
+            order = np.argsort(t.dep_idx, kind="stable")
+            self.dep_target = t.dep_idx[order]
+            self.dep_owner = np.repeat(np.arange(n, dtype=np.int64), ndeps)[order]
 
     def predecessors(
         self, i: int, latency: Callable[[np.ndarray], np.ndarray], finish: np.ndarray
@@ -101,13 +105,15 @@ class Sweep:
     """Kahn-order traversal of a :class:`StepGraph` with per-step completion times.
 
     ``latency(sends)`` gives, for send steps, the seconds between a send's completion and its
-    message's arrival. ``finish`` (seconds) is filled in by the model as steps complete.
+    message's arrival. ``finish`` (seconds) is filled in by the model as steps complete. The
+    sweep counts down ``graph.indegree`` in place (no copy of a large array): a graph is swept
+    once.
     """
 
     def __init__(self, graph: StepGraph, latency: Callable[[np.ndarray], np.ndarray]) -> None:
         self.graph = graph
         self.latency = latency
-        self.indegree = graph.indegree.copy()
+        self.indegree = graph.indegree
         self.finish = np.zeros(graph.nsteps, dtype=np.float64)
         self.completed = 0
         sources = np.flatnonzero(self.indegree == 0)
@@ -128,7 +134,7 @@ class Sweep:
         start = np.where(codes & FIRST, 0.0, self.finish[steps - 1])
         if g.has_deps:
             self._dep_starts(steps, start)
-        recv = np.flatnonzero(codes & RECV)
+        recv = (codes & RECV).nonzero()[0]
         if len(recv):
             sends = g.partner[steps[recv]]
             start[recv] = np.maximum(start[recv], self.finish[sends] + self.latency(sends))
@@ -210,13 +216,12 @@ class StepCosts:
         self.count = graph.program.table.count
         self.chunk_bytes = chunk_bytes
         self.duration = np.zeros(graph.nsteps, dtype=np.float64)
-        sends = conns.sends
+        sends = conns.uncontended_sends()
         self.duration[sends] = self.nbytes(sends) * conns.solo_time_per_byte[conns.of_step[sends]]
         for bandwidth, bit in ((reduce_bandwidth, REDUCES), (copy_bandwidth, COPIES)):
             if bandwidth is not None:
                 steps = np.flatnonzero(graph.code & bit)
                 self.duration[steps] = self.nbytes(steps) / bandwidth
-        self.duration[(graph.code & CONTENDED) != 0] = 0.0
 
     def nbytes(self, steps: np.ndarray) -> np.ndarray:
         """Bytes each of ``steps`` moves or touches."""

@@ -31,27 +31,26 @@ RTOL = 1e-9
 
 
 def maxmin_rates(conns: Connections, sends: np.ndarray) -> np.ndarray:
-    """Max-min fair rates (bytes/s) of flows for the send steps ``sends``, by progressive
+    """Max-min fair rates (bytes/s) of the flows of the send steps ``sends``, by progressive
     filling over their links (each flow must cross at least one link)."""
     ptr, link, fraction = conns.expand(sends)
     owner = np.repeat(np.arange(len(sends)), np.diff(ptr))
-    links, local = np.unique(link, return_inverse=True)
-    capacity = conns.bandwidth[links]
+    capacity = conns.bandwidth
     residual = capacity.copy()
     rate = np.zeros(len(sends))
     growing = np.ones(len(sends), dtype=bool)
-    while growing.any():
-        weight = np.bincount(local, weights=fraction * growing[owner], minlength=len(links))
-        used = np.flatnonzero(weight > 0)
+    while True:
+        weight = np.bincount(link, weights=fraction * growing[owner], minlength=len(capacity))
+        used = weight.nonzero()[0]
+        if not len(used):
+            return rate
         headroom = residual[used] / weight[used]
         tightest = int(np.argmin(headroom))
-        step = headroom[tightest]
-        rate[growing] += step
-        residual -= step * weight
+        rate[growing] += headroom[tightest]
+        residual -= headroom[tightest] * weight
         residual[used[tightest]] = 0.0
         full = residual <= RTOL * capacity
-        growing[owner[full[local] & growing[owner]]] = False
-    return rate
+        growing[owner[full[link]]] = False
 
 
 class _Flows:

@@ -147,7 +147,8 @@ class Connections:
         t = program.table
         self.sends = sends = np.flatnonzero(t.op == Op.SEND)
         nparts = len(program.participants)
-        keys, ids = _number_pairs(t.part[sends], t.peer[sends], nparts)
+        senders = t.part[sends]
+        keys, ids = _number_pairs(senders, t.peer[sends], nparts)
         self.of_step = np.full(len(t), -1, dtype=np.int32)
         self.of_step[sends] = ids
         self.chunks = np.bincount(ids, weights=t.count[sends], minlength=len(keys))
@@ -155,31 +156,35 @@ class Connections:
         self.receivers = keys % nparts
         self.nodes = np.stack((nodes[self.senders], nodes[self.receivers]), axis=1)
         self.bandwidth = np.array([lk.bandwidth for lk in topology.links], dtype=np.float64)
-        link_latency = np.array([lk.latency for lk in topology.links], dtype=np.float64)
-        cache: dict[tuple[int, int], tuple[list[int], list[float], float]] = {}
+        cache: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
         lengths = np.zeros(len(keys) + 1, dtype=np.int64)
         links: list[int] = []
         fractions: list[float] = []
-        self.latency = np.zeros(len(keys), dtype=np.float64)
         for c, (u, v) in enumerate(self.nodes.tolist()):
             entry = cache.get((u, v))
             if entry is None:
-                entry = cache[(u, v)] = self._route(program, topology, c, u, v, link_latency)
+                entry = cache[(u, v)] = self._route(program, topology, c, u, v)
             links += entry[0]
             fractions += entry[1]
             lengths[c + 1] = len(entry[0])
-            self.latency[c] = entry[2]
         self.ptr = np.cumsum(lengths)
         self.link = np.asarray(links, dtype=np.int64)
         self.fraction = np.asarray(fractions, dtype=np.float64)
         self.solo_time_per_byte = segment_max(self.fraction / self.bandwidth[self.link], self.ptr)
-        self.contended = self._contended(t.part[sends], t.chan[sends], ids)
+        link_latency = np.array([lk.latency for lk in topology.links], dtype=np.float64)
+        owner = np.repeat(np.arange(len(keys)), lengths[1:])
+        # Mean latency over a connection's routes: each link weighted by its fraction.
+        self.latency = np.bincount(
+            owner, weights=self.fraction * link_latency[self.link], minlength=len(keys)
+        )
+        self.contended = self._contended(senders, t.chan[sends], ids)
 
     def _route(
-        self, program: Program, topology: Topology, c: int, u: int, v: int, lat: np.ndarray
-    ) -> tuple[list[int], list[float], float]:
+        self, program: Program, topology: Topology, c: int, u: int, v: int
+    ) -> tuple[list[int], list[float]]:
+        """Links of connection ``c`` from node ``u`` to ``v`` and the fraction on each."""
         if u == v:
-            return [], [], 0.0
+            return [], []
         try:
             paths = routes(topology, u, v)
         except TopologyError as err:
@@ -189,8 +194,7 @@ class Connections:
             ) from err
         uses = Counter(link for path in paths for link in path)
         ordered = sorted(uses)
-        latency = float(np.mean([lat[list(path)].sum() for path in paths]))
-        return ordered, [uses[link] / len(paths) for link in ordered], latency
+        return ordered, [uses[link] / len(paths) for link in ordered]
 
     def _contended(self, part: np.ndarray, chan: np.ndarray, conn: np.ndarray) -> np.ndarray:
         """Per connection, whether one of its links is also crossed by sends of another stream
@@ -221,6 +225,10 @@ class Connections:
     def contended_sends(self) -> np.ndarray:
         """The send steps on contended connections."""
         return self.sends[self.contended[self.of_step[self.sends]]]
+
+    def uncontended_sends(self) -> np.ndarray:
+        """The send steps on uncontended connections."""
+        return self.sends[~self.contended[self.of_step[self.sends]]]
 
     def link_bytes(self, chunk_bytes: float) -> np.ndarray:
         """Bytes carried by every link (aligned with ``topology.links``) over the program,

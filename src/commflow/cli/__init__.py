@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from commflow.cli import algos, program, run, simulate, topo
 from commflow.cli._output import err
+from commflow.cli.bench import bench
 from commflow.errors import CommflowError
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app.command("export")(program.export)
 app.command("sim")(simulate.sim)
 app.command("bound")(simulate.bound)
 app.command("run", context_settings=run.CONTEXT_SETTINGS)(run.run)
+app.command("bench")(bench)
 
 
 def main(argv: list[str] | None = None) -> None:

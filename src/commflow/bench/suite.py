@@ -1,0 +1,208 @@
+"""``commflow bench`` as a library call: commflow against its peers on the same sizes.
+
+:func:`run_benchmark` measures the machine's copy bandwidth, runs commflow's algorithms, then
+each peer (torch.distributed gloo, Open MPI) on the same sizes, and returns every
+:class:`~commflow.bench.harness.Measurement` with the memory-bandwidth bound and notes on the
+peers that could not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from commflow import algorithms
+from commflow.bench.cases import block_elements
+from commflow.bench.harness import Measurement, run_impl
+from commflow.bench.impl import IMPLS, PEER_ALGO, module
+from commflow.bench.memory import copy_bandwidth, staged_busbw_bound
+from commflow.bench.worker import RunSpec
+from commflow.collectives import Collective, parse_collective
+from commflow.errors import AlgorithmError, CommflowError
+from commflow.runtime import DEFAULT_TIMEOUT, OPS, dtype_of, fastpath
+from commflow.runtime.programs import check_algorithm
+
+BenchProgress = Callable[[str, int, int], None]
+"""Called as ``progress(impl, done, total)`` with (algorithm, size) pairs done and to do."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    """What to benchmark; every field is validated on construction (``CommflowError``)."""
+
+    collective: Collective | str = Collective.ALLREDUCE
+    """The collective (a name is parsed)."""
+    nranks: int = 2
+    """Number of ranks (processes on this host)."""
+    sizes: tuple[int, ...] = (8,)
+    """Requested sizes in bytes (nccl-tests' convention), rounded down to whole elements and
+    blocks; sizes that round to the same buffers run once."""
+    dtype: str = "float32"
+    """Element type (float16, bfloat16, float32, float64, int8, uint8, int32, int64, bool)."""
+    op: str = "sum"
+    """Reduction operator: sum, prod, min, max or avg (floating-point types only)."""
+    root: int = 0
+    """Root rank of rooted collectives."""
+    algos: tuple[str, ...] = ("auto",)
+    """commflow algorithms to run, or ``("all",)`` for :func:`commflow_algorithms`."""
+    peers: tuple[str, ...] = ("gloo",)
+    """Peer implementations measured on the same sizes: ``gloo``, ``mpi`` (may be empty)."""
+    warmup: int = 5
+    """Untimed iterations per size and placement."""
+    iters: int = 20
+    """Timed iterations per size and placement (6 or more give a 95% interval)."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds any wait inside an implementation may take."""
+
+    def __post_init__(self) -> None:
+        coll = parse_collective(self.collective)
+        object.__setattr__(self, "collective", coll)
+        dtype = dtype_of(self.dtype)
+        object.__setattr__(self, "dtype", dtype.name)
+        if self.op not in OPS:
+            raise CommflowError(f"unknown op {self.op!r}; use one of {', '.join(OPS)}")
+        if self.op == "avg" and dtype.kind not in "f" and dtype.name != "bfloat16":
+            raise CommflowError(f"op 'avg' needs a floating-point dtype, got {dtype.name}")
+        if self.nranks < 1:
+            raise CommflowError(f"cannot benchmark on {self.nranks} ranks: use -n 1 or more")
+        if not self.sizes or min(self.sizes) < 1:
+            raise CommflowError(f"sizes must be positive byte counts, got {self.sizes}")
+        if not 0 <= self.root < self.nranks:
+            raise CommflowError(f"root {self.root} is outside ranks 0..{self.nranks - 1}")
+        if self.warmup < 0 or self.iters < 1:
+            raise CommflowError(f"need -w >= 0 and --iters >= 1, got {self.warmup}, {self.iters}")
+        if self.timeout <= 0:
+            raise CommflowError(f"timeout must be positive, got {self.timeout}")
+        unknown = [p for p in self.peers if p not in IMPLS[1:]]
+        if unknown:
+            raise CommflowError(f"unknown peer(s) {', '.join(unknown)}; use gloo, mpi or none")
+        if not self.algos:
+            raise CommflowError("no commflow algorithm given: use --algo NAME or --algo all")
+        if self.algos != ("all",):
+            for name in self.algos:
+                check_algorithm(coll, name)
+                if name not in ("auto", fastpath.NAME):
+                    algorithms.build(coll, name, self.nranks)
+
+    @property
+    def commflow_algos(self) -> tuple[str, ...]:
+        """The commflow algorithms to run, ``all`` expanded."""
+        if self.algos == ("all",):
+            return commflow_algorithms(self.collective, self.nranks)
+        return self.algos
+
+    @property
+    def blocks(self) -> tuple[int, ...]:
+        """Elements per block of every distinct size, ascending."""
+        itemsize = dtype_of(self.dtype).itemsize
+        found = {block_elements(self.collective, self.nranks, s, itemsize) for s in self.sizes}
+        return tuple(sorted(found))
+
+
+def commflow_algorithms(collective: Collective, nranks: int) -> tuple[str, ...]:
+    """``auto``, every registered algorithm whose program builds for ``nranks`` ranks, and the
+    ``shm`` fast path where it covers ``collective``."""
+    names = ["auto"]
+    for algorithm in algorithms.available(collective):
+        try:
+            algorithms.build(collective, algorithm.name, nranks)
+        except AlgorithmError:
+            continue
+        names.append(algorithm.name)
+    if collective in fastpath.COLLECTIVES:
+        names.append(fastpath.NAME)
+    return tuple(names)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchReport:
+    """Everything one benchmark run measured."""
+
+    config: BenchConfig
+    """What was run."""
+    measurements: list[Measurement]
+    """One per (implementation, algorithm, size, placement), commflow first."""
+    copy_bandwidth: float
+    """Single-process memory copy bandwidth, bytes copied per second."""
+    bound: float
+    """Upper bound on busbw (bytes/s) of a copy-in/copy-out shared-memory implementation
+    (:func:`~commflow.bench.memory.staged_busbw_bound`)."""
+    notes: list[str] = field(default_factory=list)
+    """Why a peer did not run (not installed, operation unsupported, failed)."""
+
+    def reference_algo(self) -> str:
+        """The commflow algorithm that ratios compare: ``auto`` if it ran, else the first."""
+        algos = self.config.commflow_algos
+        return "auto" if "auto" in algos else algos[0]
+
+    def ratios(self, peer: str) -> dict[tuple[int, bool], float]:
+        """``{(size, inplace): commflow busbw / peer busbw}`` for :meth:`reference_algo`."""
+        ours = {
+            (m.size, m.inplace): m.busbw
+            for m in self.measurements
+            if m.impl == "commflow" and m.algo == self.reference_algo()
+        }
+        return {
+            (m.size, m.inplace): ours[(m.size, m.inplace)] / m.busbw
+            for m in self.measurements
+            if m.impl == peer and (m.size, m.inplace) in ours and m.busbw > 0
+        }
+
+    def best_algorithms(self) -> list[Measurement]:
+        """commflow's fastest algorithm (largest busbw) per size and placement."""
+        best: dict[tuple[int, bool], Measurement] = {}
+        for m in self.measurements:
+            key = (m.size, m.inplace)
+            if m.impl == "commflow" and (key not in best or m.busbw > best[key].busbw):
+                best[key] = m
+        return [best[k] for k in sorted(best)]
+
+
+def run_benchmark(config: BenchConfig, *, progress: BenchProgress | None = None) -> BenchReport:
+    """Measure copy bandwidth, then commflow and every peer of ``config`` on its sizes.
+
+    A peer that is not installed, cannot run the operation, or fails adds a note instead of
+    raising; commflow's own failure raises ``CommflowError``.
+    """
+    bandwidth = copy_bandwidth()
+    measurements = _run(config, "commflow", config.commflow_algos, progress)
+    notes = []
+    for peer in config.peers:
+        peer_module = module(peer)
+        why = peer_module.missing() or peer_module.unsupported(
+            config.collective, dtype_of(config.dtype), config.op
+        )
+        if why:
+            notes.append(f"{peer} skipped: {why}")
+            continue
+        try:
+            measurements += _run(config, peer, (PEER_ALGO,), progress)
+        except CommflowError as error:
+            notes.append(f"{peer} failed: {error}")
+    return BenchReport(
+        config=config,
+        measurements=measurements,
+        copy_bandwidth=bandwidth,
+        bound=staged_busbw_bound(config.collective, config.nranks, bandwidth),
+        notes=notes,
+    )
+
+
+def _run(
+    config: BenchConfig, impl: str, algos: tuple[str, ...], progress: BenchProgress | None
+) -> list[Measurement]:
+    spec = RunSpec(
+        impl=impl,
+        collective=config.collective.value,
+        algos=algos,
+        blocks=config.blocks,
+        dtype=config.dtype,
+        op=config.op,
+        root=config.root,
+        warmup=config.warmup,
+        iters=config.iters,
+        timeout=config.timeout,
+    )
+    total = len(algos) * len(config.blocks)
+    report = None if progress is None else (lambda done: progress(impl, done, total))
+    return run_impl(spec, config.nranks, progress=report)

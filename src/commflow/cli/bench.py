@@ -1,0 +1,209 @@
+"""``commflow bench``: real collectives on this machine against gloo and Open MPI, nccl-tests
+style."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.progress import Progress, TaskID
+
+from commflow.bench import BenchConfig, BenchReport, Measurement, plot_busbw, run_benchmark
+from commflow.bench.memory import PROBE_BYTES
+from commflow.cli._output import err, gbps, number, out, usec
+from commflow.errors import CommflowError
+from commflow.units import format_size, parse_size, size_range
+
+_KEYS = ("size(B)", "count", "type", "redop", "root")
+_KEY_WIDTHS = (12, 12, 9, 7, 6)
+_COLUMNS = ("time(us)", "ci95(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong")
+_WIDTHS = (11, 20, 12, 12, 7)
+_RATIO_WIDTH = 8
+
+
+def default_nranks() -> int:
+    """The number of CPU cores, at least 2."""
+    return max(2, os.cpu_count() or 1)
+
+
+def bench(
+    collective: str = typer.Argument("allreduce", help="Collective: allreduce, allgather, ..."),
+    nranks: int = typer.Option(None, "-n", "--nranks", help="Ranks (default: CPU cores, >= 2)."),
+    begin: str = typer.Option("8", "-b", "--minbytes", help="Smallest size (8, 64K, 16M)."),
+    end: str = typer.Option("64M", "-e", "--maxbytes", help="Largest size."),
+    factor: int = typer.Option(2, "-f", "--stepfactor", help="Size multiplier between rows."),
+    dtype: str = typer.Option("float32", "-d", "--datatype", help="Element type."),
+    op: str = typer.Option("sum", "-o", "--op", help="Reduction: sum, prod, min, max, avg."),
+    root: int = typer.Option(0, "-r", "--root", help="Root rank of rooted collectives."),
+    algo: str = typer.Option(
+        "auto", "-a", "--algo", help="commflow algorithm(s), comma-separated, or 'all'."
+    ),
+    vs: str = typer.Option("gloo", "--vs", help="Peers: gloo, mpi, gloo,mpi or none."),
+    warmup: int = typer.Option(5, "-w", "--warmup", help="Untimed iterations per size."),
+    iters: int = typer.Option(20, "--iters", help="Timed iterations per size."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds any wait may take."),
+    json_file: Path = typer.Option(None, "--json", help="Write the records as JSON here."),
+    plot_file: Path = typer.Option(None, "--plot", help="Draw busbw vs size into this PNG."),
+) -> None:
+    """Measure real collectives between processes of this machine, like
+    nccl-tests, with torch.distributed gloo and Open MPI on the same sizes.
+
+    Defaults: allreduce, -n = CPU cores (at least 2), -b 8 -e 64M -f 2,
+    float32 sum, --algo auto, --vs gloo, 5 warm-up and 20 timed iterations
+    per size and placement. Every iteration starts with a barrier; its time
+    is the slowest rank's. time(us) is the median over the iterations,
+    ci95(us) the 95% confidence interval of the median (order statistics,
+    Hoefler & Belli SC'15), #wrong the elements of the last result that
+    differ from the expected values, over all ranks. Out-of-place columns
+    come first, then in-place; a peer's ratio is commflow's busbw (algo auto,
+    or the first --algo) over the peer's. GB = 1e9 bytes. The memory copy
+    bandwidth is measured too, with the busbw bound it implies for a
+    copy-in/copy-out shared-memory implementation. Exit status 1 when a
+    result was wrong.
+
+    [bold]Examples[/bold]
+
+      commflow bench
+      commflow bench --vs gloo,mpi -n 2 -b 8 -e 64M
+      commflow bench allgather --algo all --vs none -e 16M --json ag.json --plot ag.png
+    """
+    config = BenchConfig(
+        collective=collective,
+        nranks=default_nranks() if nranks is None else nranks,
+        sizes=tuple(size_range(parse_size(begin), parse_size(end), factor)),
+        dtype=dtype,
+        op=op,
+        root=root,
+        algos=tuple(a.strip() for a in algo.split(",")),
+        peers=() if vs.strip() == "none" else tuple(p.strip() for p in vs.split(",")),
+        warmup=warmup,
+        iters=iters,
+        timeout=timeout,
+    )
+    with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def progress(impl: str, done: int, total: int) -> None:
+            if impl not in tasks:
+                tasks[impl] = bar.add_task(f"{impl}: sizes", total=total)
+            bar.update(tasks[impl], completed=done)
+
+        report = run_benchmark(config, progress=progress)
+    _print(report)
+    if json_file is not None:
+        _write(json_file, json.dumps([m.record() for m in report.measurements], indent=2))
+    if plot_file is not None:
+        plot_busbw(
+            report.measurements,
+            plot_file,
+            bound=report.bound,
+            title=f"{config.collective.value}, {config.nranks} ranks, {config.dtype}",
+        )
+    wrong = {m.impl for m in report.measurements if m.wrong}
+    if wrong:
+        err.print(
+            f"[bold red]error:[/bold red] [red]wrong results from "
+            f"{escape(', '.join(sorted(wrong)))} (see the #wrong column)[/red]"
+        )
+        raise typer.Exit(1)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text + "\n")
+    except OSError as error:
+        raise CommflowError(f"cannot write {path}: {error}") from None
+
+
+def _print(report: BenchReport) -> None:
+    c = report.config
+    out.print(
+        f"# commflow bench: {c.collective.value} on {c.nranks} ranks, {c.dtype} {c.op}; "
+        f"{c.warmup} warm-up + {c.iters} timed iterations per size and placement",
+        markup=False,
+    )
+    out.print(
+        "# every iteration starts with a barrier and takes the slowest rank's time; "
+        "time = median, ci95 = 95% confidence interval of the median",
+        markup=False,
+    )
+    reference = report.reference_algo()
+    groups: dict[tuple[str, str], list[Measurement]] = {}
+    for m in report.measurements:
+        groups.setdefault((m.impl, m.algo), []).append(m)
+    for (impl, algo), rows in groups.items():
+        ratios = None if impl == "commflow" else report.ratios(impl)
+        title = (
+            f"{impl}, algo {algo}"
+            if impl == "commflow"
+            else f"{impl} (ratio = commflow {reference} busbw / {impl} busbw)"
+        )
+        out.print(f"#\n# {title}", markup=False)
+        for line in _table(rows, ratios):
+            out.print(line, markup=False)
+    if len(c.commflow_algos) > 1:
+        out.print("#\n# fastest commflow algorithm (largest busbw) per size", markup=False)
+        for m in report.best_algorithms():
+            place = "in-place" if m.inplace else "out-of-place"
+            out.print(
+                f"#   {format_size(m.size):>6} {place:<13}{m.algo:<20}{number(gbps(m.busbw))} GB/s",
+                markup=False,
+            )
+    out.print("#", markup=False)
+    for note in report.notes:
+        out.print(f"# {note}", markup=False)
+    out.print(
+        f"# memory copy bandwidth: {number(gbps(report.copy_bandwidth))} GB/s "
+        f"(numpy copy of {PROBE_BYTES >> 20} MiB, one process, best of 5)",
+        markup=False,
+    )
+    out.print(
+        f"# memory-bandwidth bound: {number(gbps(report.bound))} GB/s busbw (every rank "
+        f"copies its input into shared memory and its output out of it; "
+        f"docs/benchmarks.md)",
+        markup=False,
+    )
+
+
+def _table(rows: list[Measurement], ratios: dict[tuple[int, bool], float] | None) -> list[str]:
+    """nccl-tests rows: the keys, then out-of-place and in-place columns (and ratios)."""
+    columns = (*_COLUMNS, "ratio") if ratios is not None else _COLUMNS
+    widths = (*_WIDTHS, _RATIO_WIDTH) if ratios is not None else _WIDTHS
+    half = sum(widths)
+    keys = "".join(h.rjust(w) for h, w in zip(_KEYS, _KEY_WIDTHS, strict=True))
+    lines = [
+        "#" + " " * (len(keys) - 1) + "out-of-place".rjust(half) + "in-place".rjust(half),
+        "#" + keys[1:] + "".join(h.rjust(w) for h, w in zip(columns, widths, strict=True)) * 2,
+    ]
+    by_size: dict[int, dict[bool, Measurement]] = {}
+    for m in rows:
+        by_size.setdefault(m.size, {})[m.inplace] = m
+    for size in sorted(by_size):
+        placed = by_size[size]
+        first = next(iter(placed.values()))
+        cells = [str(size), str(first.count), first.dtype, first.op, str(first.root)]
+        line = "".join(c.rjust(w) for c, w in zip(cells, _KEY_WIDTHS, strict=True))
+        for inplace in (False, True):
+            m = placed.get(inplace)
+            values = _cells(m, ratios) if m else ["-"] * len(columns)
+            line += "".join(v.rjust(w) for v, w in zip(values, widths, strict=True))
+        lines.append(line)
+    return lines
+
+
+def _cells(m: Measurement, ratios: dict[tuple[int, bool], float] | None) -> list[str]:
+    ci = "-" if m.time.ci is None else f"{number(usec(m.time.ci[0]))}-{number(usec(m.time.ci[1]))}"
+    cells = [
+        number(usec(m.time.median)),
+        ci,
+        number(gbps(m.algbw)),
+        number(gbps(m.busbw)),
+        str(m.wrong),
+    ]
+    if ratios is not None:
+        ratio = ratios.get((m.size, m.inplace))
+        cells.append("-" if ratio is None else number(ratio))
+    return cells

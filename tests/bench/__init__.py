@@ -1,0 +1,1 @@
+"""Tests of commflow.bench and `commflow bench`."""

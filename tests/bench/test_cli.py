@@ -1,0 +1,106 @@
+"""``commflow bench`` on the command line: help, a tiny real run with --json, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from commflow.cli import main
+
+
+def _run(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        main(["bench", *args])
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 0
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_help_documents_the_defaults(capsys):
+    code, out, _ = _run(capsys, "--help")
+    assert code == 0
+    for text in (
+        "-b 8 -e 64M -f 2",
+        "--vs",
+        "--algo",
+        "--json",
+        "--plot",
+        "--iters",
+        "confidence interval of the median",
+    ):
+        assert text in out
+
+
+def test_tiny_run_prints_the_table_notes_bound_and_json(capsys, tmp_path):
+    path = tmp_path / "records.json"
+    code, out, _ = _run(
+        capsys,
+        "-n",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "16",
+        "-o",
+        "avg",
+        "--vs",
+        "gloo,mpi",
+        "--iters",
+        "6",
+        "-w",
+        "1",
+        "--json",
+        str(path),
+    )
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == (
+        "# commflow bench: allreduce on 2 ranks, float32 avg; 1 warm-up + 6 "
+        "timed iterations per size and placement"
+    )
+    header = next(line for line in lines if "size(B)" in line).split()
+    assert header == [
+        "#",
+        "size(B)",
+        "count",
+        "type",
+        "redop",
+        "root",
+        *(["time(us)", "ci95(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"] * 2),
+    ]
+    rows = [line.split() for line in lines if not line.startswith("#")]
+    assert [row[:5] for row in rows] == [
+        ["8", "2", "float32", "avg", "-1"],
+        ["16", "4", "float32", "avg", "-1"],
+    ]
+    assert all(row[9] == "0" and row[14] == "0" for row in rows)  # #wrong, twice
+    assert "# gloo skipped: gloo has no 'avg' reduction" in out
+    assert any(line.startswith("# mpi skipped: ") for line in lines)
+    assert any(line.startswith("# memory-bandwidth bound: ") for line in lines)
+    records = json.loads(path.read_text())
+    assert [(r["impl"], r["algo"], r["size"], r["inplace"]) for r in records] == [
+        ("commflow", "auto", 8, False),
+        ("commflow", "auto", 8, True),
+        ("commflow", "auto", 16, False),
+        ("commflow", "auto", 16, True),
+    ]
+    table_times = [float(row[5]) for row in rows]
+    assert table_times == [round(r["time_us"], 2) for r in records if not r["inplace"]]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--vs", "nccl"), "unknown peer(s) nccl"),
+        (("--algo", "spiral"), "no algorithm 'spiral' for allreduce"),
+        (("-b", "1K", "-e", "8"), "bad size range"),
+    ],
+)
+def test_errors_exit_2_with_one_line(capsys, args, message):
+    code, _, err = _run(capsys, "-n", "2", *args)
+    assert code == 2
+    assert message in err and "Traceback" not in err

@@ -13,9 +13,11 @@ compared with what no algorithm can beat (:func:`lower_bound`), saved as JSON
     result = commflow.simulate(program, topo, 64 << 20)
     bound = commflow.lower_bound("allreduce", topo, 64 << 20)
 
-Subpackages: :mod:`commflow.topology`, :mod:`commflow.algorithms`, :mod:`commflow.ir`,
-:mod:`commflow.sim`; the names below are their main entry points, imported on first use so
-that ``import commflow`` stays cheap (no scipy until a simulation or bound is asked for).
+Run collectives for real between processes with ``comm = commflow.init()`` (see
+:mod:`commflow.runtime`). Subpackages: :mod:`commflow.topology`, :mod:`commflow.algorithms`,
+:mod:`commflow.ir`, :mod:`commflow.sim`, :mod:`commflow.runtime`; the names below are their
+main entry points, imported on first use so that ``import commflow`` stays cheap (no scipy
+until a simulation or bound is asked for).
 Units: bytes, seconds and bytes/second throughout; every error is a :class:`CommflowError`.
 """
 
@@ -48,6 +50,11 @@ _EXPORTS = {
     "load_topology": "commflow.topology:load",
     "simulate": "commflow.sim",
     "lower_bound": "commflow.sim",
+    "init": "commflow.runtime",
+    "Communicator": "commflow.runtime",
+    "CommError": "commflow.runtime",
+    "CommTimeoutError": "commflow.runtime",
+    "CommMismatchError": "commflow.runtime",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -57,7 +64,8 @@ def __getattr__(name: str) -> Any:
     """Import an entry point (or a subpackage) on first access."""
     target = _EXPORTS.get(name)
     if target is None:
-        if name in ("topology", "algorithms", "ir", "sim", "cli", "collectives", "units"):
+        if name in ("topology", "algorithms", "ir", "sim", "runtime", "cli", "collectives",
+                    "units"):
             return importlib.import_module(f"commflow.{name}")
         raise AttributeError(f"module 'commflow' has no attribute {name!r}")
     module, _, attr = target.partition(":")

@@ -453,3 +453,26 @@ def test_the_docs_example_runs_the_same_under_every_launcher(tmp_path, source, s
     # torchrun and mpirun may split a line between two ranks' writes: find the records anywhere
     lines = sorted(re.findall(r"rank \d of 2 \(\w+\): \[[-\d, ]*\]", done.stdout))
     assert lines == [f"rank {r} of 2 ({source}): {expected_allreduce(2)}" for r in range(2)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_ranks_die_with_a_killed_launcher():
+    script = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "commflow.cli", "run", "-n", "2", "--", sys.executable, "-c",
+         script], stdout=subprocess.PIPE, text=True)
+    pids = [int(proc.stdout.readline().split()[-1]) for _ in range(2)]
+    assert all(_alive(p) for p in pids)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids)

@@ -4,6 +4,7 @@ watched by one selector in one thread (process exits through Linux pidfds)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import selectors
 import signal
@@ -119,6 +120,7 @@ class Supervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 process_group=0,
+                preexec_fn=_die_with_parent,
             )
         except OSError as error:
             raise CommflowError(
@@ -233,3 +235,13 @@ class Supervisor:
                 self._status = 128 + signum
             self.note(f"got {name}; forwarding it to ranks {sorted(self._live)}")
             self._stop(signum)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL if the launcher dies (even by SIGKILL itself), so
+    no rank outlives it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+_PR_SET_PDEATHSIG = 1

@@ -21,6 +21,7 @@ from commflow.bench.harness import Measurement, run_impl
 from commflow.bench.impl import IMPLS, PEER_ALGO
 from commflow.bench.memory import copy_bandwidth, staged_busbw_bound
 from commflow.bench.plot import plot_busbw
+from commflow.bench.spec import RunSpec
 from commflow.bench.stats import Summary, median, median_ci_ranks, summarize
 from commflow.bench.suite import (
     BenchConfig,
@@ -28,7 +29,6 @@ from commflow.bench.suite import (
     commflow_algorithms,
     run_benchmark,
 )
-from commflow.bench.worker import RunSpec
 
 __all__ = [
     "IMPLS",

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from commflow.bench.cases import size_bytes
+from commflow.bench.spec import RunSpec
 from commflow.bench.stats import Summary, summarize
-from commflow.bench.worker import RunSpec
 from commflow.collectives import Collective, busbw_factor, parse_collective
 from commflow.errors import CommflowError
 from commflow.runtime import dtype_of

@@ -16,7 +16,7 @@ from commflow.bench.cases import block_elements
 from commflow.bench.harness import Measurement, run_impl
 from commflow.bench.impl import IMPLS, PEER_ALGO, module
 from commflow.bench.memory import copy_bandwidth, staged_busbw_bound
-from commflow.bench.worker import RunSpec
+from commflow.bench.spec import RunSpec
 from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.runtime import DEFAULT_TIMEOUT, OPS, dtype_of, fastpath

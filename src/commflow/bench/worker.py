@@ -1,13 +1,13 @@
 """The rank side of ``commflow bench``: ``python -m commflow.bench.worker SPEC.json``.
 
-Every rank reads the :class:`RunSpec` the parent wrote, joins the implementation's job, and
-for every algorithm, size and placement runs ``warmup`` untimed iterations, then ``iters``
-timed ones. Each iteration first resets the buffers (:meth:`Case.prepare`, untimed), then
-enters the implementation's own barrier; the rank times only the collective call
-(``time.perf_counter``). After the timed loop every rank counts the elements of its last
-result that differ from the expected values. Each rank writes its times and count as JSON to
-``rank<r>.json`` in the spec file's directory; rank 0 appends a line to ``progress`` there
-after each size. Nothing is pickled.
+Every rank reads the :class:`~commflow.bench.spec.RunSpec` the parent wrote, joins the
+implementation's job, and for every algorithm, size and placement runs ``warmup`` untimed
+iterations, then ``iters`` timed ones. Each iteration first resets the buffers
+(:meth:`Case.prepare`, untimed), then enters the implementation's own barrier; the rank times
+only the collective call (``time.perf_counter``). After the timed loop every rank counts the
+elements of its last result that differ from the expected values. Each rank writes its times and
+count as JSON to ``rank<r>.json`` in the spec file's directory; rank 0 appends a line to
+``progress`` there after each size. Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -15,52 +15,14 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from commflow.bench.cases import Case, CaseSpec, wrong_values
 from commflow.bench.impl import Ranks, module
+from commflow.bench.spec import RunSpec
 from commflow.collectives import parse_collective
 from commflow.errors import CommflowError
 from commflow.runtime import dtype_of
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunSpec:
-    """What the ranks of one implementation run, as the parent writes it for them."""
-
-    impl: str
-    """Implementation name (``commflow``, ``gloo``, ``mpi``)."""
-    collective: str
-    """Collective name."""
-    algos: tuple[str, ...]
-    """Algorithms to run, in order (peers: ``("default",)``)."""
-    blocks: tuple[int, ...]
-    """Elements per block, one entry per size (see :func:`cases.block_elements`)."""
-    dtype: str
-    """Element type name."""
-    op: str
-    """Reduction operator."""
-    root: int
-    """Root of rooted collectives."""
-    warmup: int
-    """Untimed iterations before the timed ones, per size and placement."""
-    iters: int
-    """Timed iterations per size and placement."""
-    timeout: float
-    """Seconds any wait of the implementation may take."""
-    corrupt_rank: int | None = None
-    """Test hook: this rank spoils one element of each result before the check."""
-
-    def save(self, path: Path) -> None:
-        """Write the spec as JSON to ``path``."""
-        path.write_text(json.dumps(asdict(self)))
-
-    @classmethod
-    def load(cls, path: Path) -> RunSpec:
-        """Read a spec written by :meth:`save`."""
-        fields = json.loads(Path(path).read_text())
-        return cls(**{**fields, "algos": tuple(fields["algos"]), "blocks": tuple(fields["blocks"])})
 
 
 def _measure(ranks: Ranks, spec: RunSpec, algo: str, case: Case) -> dict:

@@ -1,0 +1,46 @@
+"""What the parent tells the ranks of one implementation to run, as a JSON file (nothing is
+pickled): read by ``python -m commflow.bench.worker SPEC.json``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """What the ranks of one implementation run, as the parent writes it for them."""
+
+    impl: str
+    """Implementation name (``commflow``, ``gloo``, ``mpi``)."""
+    collective: str
+    """Collective name."""
+    algos: tuple[str, ...]
+    """Algorithms to run, in order (peers: ``("default",)``)."""
+    blocks: tuple[int, ...]
+    """Elements per block, one entry per size (see :func:`cases.block_elements`)."""
+    dtype: str
+    """Element type name."""
+    op: str
+    """Reduction operator."""
+    root: int
+    """Root of rooted collectives."""
+    warmup: int
+    """Untimed iterations before the timed ones, per size and placement."""
+    iters: int
+    """Timed iterations per size and placement."""
+    timeout: float
+    """Seconds any wait of the implementation may take."""
+    corrupt_rank: int | None = None
+    """Test hook: this rank spoils one element of each result before the check."""
+
+    def save(self, path: Path) -> None:
+        """Write the spec as JSON to ``path``."""
+        path.write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, path: Path) -> RunSpec:
+        """Read a spec written by :meth:`save`."""
+        fields = json.loads(Path(path).read_text())
+        return cls(**{**fields, "algos": tuple(fields["algos"]), "blocks": tuple(fields["blocks"])})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from commflow.cli import algos, program, run, simulate, topo
+from commflow.cli import algos, cluster, program, run, simulate, topo
 from commflow.cli._output import err
 from commflow.cli.bench import bench
 from commflow.errors import CommflowError
@@ -24,6 +24,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 app.add_typer(topo.app, name="topo")
+app.add_typer(cluster.app, name="cluster")
 app.command("algos")(algos.algos)
 app.command("build")(program.build)
 app.command("verify")(program.verify)

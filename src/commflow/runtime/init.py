@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+
 from commflow.errors import CommflowError
+from commflow.runtime.cluster import link_delay
 from commflow.runtime.communicator import Communicator
 from commflow.runtime.shm import SharedRegion, segment_name
+from commflow.runtime.transport.engine import open_wire
+from commflow.runtime.transport.routed import RoutedTransport, host_indices, host_key
 from commflow.runtime.transport.shm import ShmHost, ShmLayout, ShmTransport
 from commflow.runtime.world import WorldSpec, detect_world
 
@@ -26,36 +33,79 @@ def shm_layout(nlocal: int) -> ShmLayout:
     return ShmLayout(nlocal=nlocal, nslots=_NSLOTS, slot_bytes=slot, stage_bytes=_STAGE)
 
 
-def init(*, rank: int | None = None, world_size: int | None = None,
-         local_rank: int | None = None, local_size: int | None = None, job: str | None = None,
-         timeout: float = DEFAULT_TIMEOUT) -> Communicator:
+def _shm_transport(
+    job: str, local_rank: int, ranks: list[int], suffix: str, timeout: float
+) -> ShmTransport:
+    """Shared memory among ``ranks`` (global ranks of this host, in local order) through the
+    segment ``commflow.<job>.<suffix>``, which local rank 0 creates."""
+    layout = shm_layout(len(ranks))
+    name = segment_name(job, suffix)
+    if local_rank == 0:
+        region = SharedRegion.create(name, layout.total)
+    else:
+        region = SharedRegion.attach(name, layout.total, timeout)
+    host = ShmHost(region, layout, local_rank)
+    host.attach(timeout)
+    return ShmTransport(host, ranks)
+
+
+def init(
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    local_rank: int | None = None,
+    local_size: int | None = None,
+    job: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Communicator:
     """Join the job and return the world communicator.
 
     With no arguments the world comes from the environment (``commflow run``, torchrun or
     mpirun); otherwise pass ``rank`` and ``world_size`` (and ``job``, a token shared by the
-    ranks). ``timeout`` (s) bounds every blocking wait. Raises ``CommflowError`` when the world
-    is inconsistent or the ranks do not all arrive within ``timeout``.
+    ranks). ``timeout`` (s) bounds every blocking wait.
+
+    When the local size is below the world size or ``COMMFLOW_HOST`` is set, ranks may sit on
+    several hosts: they connect through an engine (``COMMFLOW_ENGINE``: ``gloo``, the default,
+    meeting at ``MASTER_ADDR:MASTER_PORT``; ``mpi``, the default under mpirun), group by host
+    (``COMMFLOW_HOST``, else the hostname), and use shared memory inside a host and the engine
+    between hosts; the communicator's ``local_rank``/``local_size`` then count this host's
+    ranks. Raises ``CommflowError`` when the world is inconsistent or the ranks do not all
+    arrive within ``timeout``.
     """
     if rank is None and world_size is None:
         spec = detect_world()
     elif rank is None or world_size is None:
         raise CommflowError("init: pass both rank and world_size, or neither")
     else:
-        spec = WorldSpec(rank=rank, size=world_size,
-                         local_rank=rank if local_rank is None else local_rank,
-                         local_size=world_size if local_size is None else local_size,
-                         job=job or "default", source="explicit")
-    if spec.local_size != spec.size:
-        raise CommflowError(
-            f"rank {spec.rank}: {spec.size} ranks over several hosts ({spec.local_size} here) "
-            f"need an inter-host transport, which this build does not have yet")
-    layout = shm_layout(spec.local_size)
-    name = segment_name(spec.job, "host0")
-    if spec.local_rank == 0:
-        region = SharedRegion.create(name, layout.total)
-    else:
-        region = SharedRegion.attach(name, layout.total, timeout)
-    host = ShmHost(region, layout, spec.local_rank)
-    host.attach(timeout)
-    transport = ShmTransport(host, list(range(spec.size)))
+        spec = WorldSpec(
+            rank=rank,
+            size=world_size,
+            local_rank=rank if local_rank is None else local_rank,
+            local_size=world_size if local_size is None else local_size,
+            job=job or "default",
+            source="explicit",
+        )
+    if spec.local_size != spec.size or "COMMFLOW_HOST" in os.environ:
+        return _join_hosts(spec, os.environ, timeout=timeout)
+    transport = _shm_transport(spec.job, spec.local_rank, list(range(spec.size)), "host0", timeout)
+    return Communicator(spec, transport, timeout=timeout)
+
+
+def _join_hosts(spec: WorldSpec, env: Mapping[str, str], *, timeout: float) -> Communicator:
+    """Join a job whose ranks may sit on several hosts (see :func:`init`): after the host
+    keys are exchanged, each host's ranks share the segment ``commflow.<job>.host<i>`` and
+    messages between hosts are held :func:`~commflow.runtime.cluster.link_delay` seconds. One
+    host's ranks only get the plain shared-memory transport."""
+    engine = env.get("COMMFLOW_ENGINE") or ("mpi" if spec.source == "mpi" else "gloo")
+    wire = open_wire(engine, rank=spec.rank, size=spec.size, job=spec.job, timeout=timeout, env=env)
+    hosts = host_indices(wire.allgather(host_key(env)))
+    here = hosts[spec.rank]
+    ranks = [r for r, h in enumerate(hosts) if h == here]
+    spec = replace(spec, local_rank=ranks.index(spec.rank), local_size=len(ranks))
+    shm = None
+    if len(ranks) > 1 or len(ranks) == spec.size:
+        shm = _shm_transport(spec.job, spec.local_rank, ranks, f"host{here}", timeout)
+    if len(ranks) == spec.size:
+        return Communicator(spec, shm, timeout=timeout)
+    transport = RoutedTransport(wire, hosts=hosts, shm=shm, delay=link_delay(env))
     return Communicator(spec, transport, timeout=timeout)

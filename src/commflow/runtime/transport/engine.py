@@ -1,0 +1,365 @@
+"""Point-to-point messages between hosts through an existing engine: torch.distributed's gloo
+(:mod:`.gloo`) or MPI through mpi4py (:mod:`.mpi`).
+
+A message of ``total`` bytes travels as ``max(1, ceil(total / FRAGMENT))`` engine messages,
+each a 64-byte header (:mod:`commflow.runtime.protocol`) followed by at most ``FRAGMENT``
+payload bytes. Receivers post buffers of the full fragment capacity, so a sender that disagrees
+about the size can never overrun one, and validate every header (magic, version, sizes,
+sender, operation signature, communicator, channel, offset) before the payload is used. One
+engine tag per ``(communicator, channel)`` keeps each ``(src, dst, comm, channel)`` stream in
+order. Nothing is pickled.
+
+Delay injection: with ``delay > 0`` every message is held that many seconds before it is
+handed to the engine, as a link's one-way latency would hold it. The emulated hosts of
+``commflow cluster`` need it because this kernel has no ``netem``; ``COMMFLOW_DELAY_US`` sets it
+for any run (:func:`commflow.runtime.cluster.link_delay`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from commflow.errors import CommflowError
+from commflow.runtime.errors import (
+    CommAbortedError,
+    CommError,
+    CommMismatchError,
+    CommProtocolError,
+)
+from commflow.runtime.protocol import (
+    HEADER,
+    HEADER_BYTES,
+    Signature,
+    check_header,
+    check_signature,
+    make_header,
+)
+from commflow.runtime.transport.shm import _byte_spans
+
+FRAGMENT = 1 << 20
+"""Payload bytes per engine message at most."""
+
+WINDOW = 8
+"""Fragments of one message a receiver keeps posted at a time."""
+
+ENGINES = ("gloo", "mpi")
+"""Engines :func:`open_wire` can open."""
+
+_SHARED_CODE = 0xFFFF
+_POLL_SLICE = 50e-6
+_SLEEP_SLICE = 2e-3
+
+
+class Request(Protocol):
+    """One engine send or receive in flight."""
+
+    def done(self) -> bool:
+        """True once complete; raises ``CommAbortedError`` when the engine failed it."""
+
+
+class Wire(Protocol):
+    """Tagged, non-blocking point-to-point messages of raw bytes between the job's ranks."""
+
+    rank: int
+    """This process's rank in the job."""
+    size: int
+    """Number of ranks in the job."""
+    polled: bool
+    """True when requests progress only while tested (MPI): waiters must poll, not sleep."""
+    on_complete: Callable[[], None]
+    """Called (from the engine's threads) after a request completes, when not ``polled``."""
+
+    def isend(self, data: np.ndarray, peer: int, tag: int) -> Request:
+        """Start sending the bytes of ``data`` (uint8, kept alive by the caller) to ``peer``."""
+
+    def irecv(self, data: np.ndarray, peer: int, tag: int) -> Request:
+        """Start receiving a message of at most ``len(data)`` bytes from ``peer``."""
+
+    def allgather(self, data: bytes) -> list[bytes]:
+        """Every rank's ``data`` (all of one length), by rank; blocking."""
+
+
+def tag_of(comm: int, channel: int) -> int:
+    """The engine tag of ``(comm, channel)``: ``comm`` modulo 2**15 in the high bits, the
+    channel in the low 16 (channels from 65535 up, e.g. the point-to-point channel, share one
+    code). Streams that share a tag stay ordered; headers tell them apart."""
+    return (comm & 0x7FFF) << 16 | min(channel, _SHARED_CODE)
+
+
+def open_wire(
+    engine: str, *, rank: int, size: int, job: str, timeout: float, env: Mapping[str, str]
+) -> Wire:
+    """Connect this rank to the job's other ranks through ``engine`` (``"gloo"``: rendezvous
+    at ``MASTER_ADDR:MASTER_PORT`` from ``env``; ``"mpi"``: ``MPI.COMM_WORLD``).
+
+    Blocks until every rank has joined or ``timeout`` seconds passed. Raises
+    ``CommflowError`` for an unknown engine, a missing package or a failed rendezvous.
+    """
+    if engine == "gloo":
+        from commflow.runtime.transport.gloo import GlooWire
+
+        return GlooWire.connect(rank=rank, size=size, job=job, timeout=timeout, env=env)
+    if engine == "mpi":
+        from commflow.runtime.transport.mpi import MpiWire
+
+        return MpiWire.connect(rank=rank, size=size)
+    raise CommflowError(
+        f"unknown engine {engine!r} (COMMFLOW_ENGINE): use one of {', '.join(ENGINES)}"
+    )
+
+
+def _fragments(total: int) -> list[tuple[int, int]]:
+    """``(offset, nbytes)`` of each fragment of a ``total``-byte message."""
+    return [(off, min(FRAGMENT, total - off)) for off in range(0, max(total, 1), FRAGMENT)]
+
+
+class EngineTransport:
+    """Messages to ranks of other hosts over a :class:`Wire`, with ``delay`` seconds held
+    before each goes out.
+
+    ``wake`` is called (from engine threads) whenever a request completes, e.g. to ring a
+    shared-memory doorbell; ``on_failure(error, seq)`` runs before an error is raised, e.g. to
+    abort the host's other ranks.
+    """
+
+    SPIN_ROUNDS = 200
+    YIELD_AFTER = 20
+
+    def __init__(
+        self,
+        wire: Wire,
+        *,
+        delay: float = 0.0,
+        wake: Callable[[], None] | None = None,
+        on_failure: Callable[[CommError, int], None] | None = None,
+    ) -> None:
+        if not (delay >= 0 and math.isfinite(delay)):
+            raise CommflowError(f"injected delay must be >= 0 seconds, got {delay!r}")
+        self.wire = wire
+        self.rank = wire.rank
+        self.delay = delay
+        self.held: deque[_EngineSend] = deque()
+        self.spare: list[np.ndarray] = []
+        self.woken = threading.Event()
+        self.on_failure = on_failure
+        wakers = [self.woken.set] + ([wake] if wake else [])
+
+        def completed() -> None:
+            for fn in wakers:
+                fn()
+
+        wire.on_complete = completed
+
+    def endpoint(
+        self, seq: int, signature: Signature, dtype: np.dtype, members: list[int], comm: int
+    ) -> EngineEndpoint:
+        """An endpoint for operation ``seq`` of communicator ``comm`` (whose rank i is global
+        rank ``members[i]``) moving items of ``dtype``."""
+        return EngineEndpoint(self, seq, signature, dtype, members, comm)
+
+    def pump(self) -> float:
+        """Hand the held messages that are due to the engine, in order; returns the seconds
+        until the next one is due (``inf`` when none is held)."""
+        if not self.held:
+            return math.inf
+        now = time.monotonic()
+        while self.held and self.held[0].release <= now:
+            self.held.popleft().post()
+        return self.held[0].release - now if self.held else math.inf
+
+    def wait_slice(self) -> float:
+        """How long a waiter may sleep before it must look again (s)."""
+        return min(self.pump(), _POLL_SLICE if self.wire.polled else _SLEEP_SLICE)
+
+    def buffer(self) -> np.ndarray:
+        """A receive buffer of one fragment's capacity (header included)."""
+        return self.spare.pop() if self.spare else np.empty(HEADER_BYTES + FRAGMENT, np.uint8)
+
+    def fail(self, error: CommError, seq: int) -> CommError:
+        """Run the failure hook for ``error`` and return it, to be raised."""
+        if self.on_failure is not None:
+            self.on_failure(error, seq)
+        return error
+
+
+class EngineEndpoint:
+    """The :class:`~commflow.runtime.executor.Endpoint` of one operation over the engine."""
+
+    def __init__(
+        self,
+        transport: EngineTransport,
+        seq: int,
+        signature: Signature,
+        dtype: np.dtype,
+        members: list[int],
+        comm: int,
+    ) -> None:
+        self.t = transport
+        self.seq = seq
+        self.signature = signature
+        self.digest = signature.digest
+        self.dtype = dtype
+        self.members = members
+        self.comm = comm
+
+    def start_send(self, peer: int, channel: int, parts: Sequence[np.ndarray]) -> _EngineSend:
+        """Begin sending ``parts`` to communicator rank ``peer``."""
+        send = _EngineSend(self, self.members[peer], channel, [p.view(np.uint8) for p in parts])
+        if self.t.delay or self.t.held:
+            self.t.held.append(send)
+            self.t.pump()
+        else:
+            send.post()
+        return send
+
+    def start_recv(self, peer: int, channel: int, elements: int, sink) -> _EngineRecv:
+        """Begin receiving ``elements`` items from communicator rank ``peer``."""
+        return _EngineRecv(self, self.members[peer], channel, elements * self.dtype.itemsize, sink)
+
+    def idle(self, rounds: int, deadline: float) -> None:
+        """Spin, then yield, then sleep until a request completes, a held message is due or
+        ``deadline`` (``time.monotonic()`` seconds) comes."""
+        t = self.t
+        slice_ = t.wait_slice()
+        if rounds < t.SPIN_ROUNDS:
+            if rounds > t.YIELD_AFTER:
+                os.sched_yield()
+            return
+        t.woken.wait(max(0.0, min(deadline - time.monotonic(), slice_)))
+        t.woken.clear()
+
+    def where(self, src: int, dst: int) -> str:
+        """``"rank 1 <- rank 0 (engine)"`` for messages."""
+        return f"rank {dst} <- rank {src} (engine)"
+
+    def check(self, request: Request, peer: int, sending: bool) -> bool:
+        """Whether ``request`` is done; an engine failure becomes ``CommAbortedError`` naming
+        the operation and the peer."""
+        try:
+            return request.done()
+        except CommAbortedError as err:
+            verb = "sending to" if sending else "receiving from"
+            raise self.t.fail(
+                CommAbortedError(
+                    f"{self.signature.collective} #{self.seq}: rank {self.t.rank} {verb} rank "
+                    f"{peer} failed: {err}; that rank has probably exited"
+                ),
+                self.seq,
+            ) from err
+
+
+class _EngineSend:
+    __slots__ = ("e", "peer", "channel", "parts", "total", "release", "inflight", "owned")
+
+    def __init__(self, e: EngineEndpoint, peer: int, channel: int, parts: list[np.ndarray]) -> None:
+        self.e, self.peer, self.channel, self.parts = e, peer, channel, parts
+        self.total = sum(len(p) for p in parts)
+        self.release = time.monotonic() + e.t.delay
+        self.inflight: deque[tuple[Request, np.ndarray]] | None = None
+        self.owned = False
+
+    def post(self) -> None:
+        """Copy every fragment behind its header and hand it to the engine."""
+        e = self.e
+        tag = tag_of(e.comm, self.channel)
+        self.inflight = deque()
+        for offset, n in _fragments(self.total):
+            buf = np.empty(HEADER_BYTES + n, np.uint8)
+            make_header(
+                buf[:HEADER_BYTES],
+                seq=e.seq,
+                signature=e.digest,
+                comm=e.comm,
+                channel=self.channel,
+                nbytes=n,
+                offset=offset,
+                total=self.total,
+                source=e.t.rank,
+            )
+            pos = HEADER_BYTES
+            for view in _byte_spans(self.parts, offset, n):
+                buf[pos : pos + len(view)] = view
+                pos += len(view)
+            self.inflight.append((e.t.wire.isend(buf, self.peer, tag), buf))
+        self.parts = []
+
+    def detach(self) -> None:
+        """Copy the message if it is still held (posted fragments are copies already)."""
+        if self.inflight is None and not self.owned:
+            self.parts = [np.concatenate(self.parts) if self.parts else np.zeros(0, np.uint8)]
+            self.owned = True
+
+    def poll(self) -> bool:
+        self.e.t.pump()
+        if self.inflight is None:
+            return False
+        while self.inflight and self.e.check(self.inflight[0][0], self.peer, True):
+            self.inflight.popleft()
+        return not self.inflight
+
+
+class _EngineRecv:
+    __slots__ = ("e", "peer", "channel", "total", "sink", "pending", "posted", "tag")
+
+    def __init__(self, e: EngineEndpoint, peer: int, channel: int, nbytes: int, sink) -> None:
+        self.e, self.peer, self.channel, self.total, self.sink = e, peer, channel, nbytes, sink
+        self.tag = tag_of(e.comm, channel)
+        self.pending = deque(_fragments(nbytes))
+        self.posted: deque[tuple[Request, np.ndarray, int, int]] = deque()
+        self.refill()
+
+    def refill(self) -> None:
+        """Keep up to ``WINDOW`` fragment receives posted."""
+        t = self.e.t
+        while self.pending and len(self.posted) < WINDOW:
+            offset, n = self.pending.popleft()
+            buf = t.buffer()
+            self.posted.append((t.wire.irecv(buf, self.peer, self.tag), buf, offset, n))
+
+    def detach(self) -> None:
+        """Receives own no source data."""
+
+    def poll(self) -> bool:
+        e = self.e
+        e.t.pump()
+        while self.posted and e.check(self.posted[0][0], self.peer, False):
+            _, buf, offset, n = self.posted.popleft()
+            self.validate(buf[:HEADER_BYTES].view(HEADER)[0], offset, n)
+            if n:
+                self.sink(
+                    offset // e.dtype.itemsize, buf[HEADER_BYTES : HEADER_BYTES + n].view(e.dtype)
+                )
+            e.t.spare.append(buf)
+            self.refill()
+        return not self.posted
+
+    def validate(self, header: np.void, offset: int, n: int) -> None:
+        """Check a received fragment's header against what this receive expects."""
+        e = self.e
+        where = e.where(self.peer, e.t.rank)
+        try:
+            check_header(header, where=where, capacity=FRAGMENT, source=self.peer)
+            if header["comm"] != e.comm or header["channel"] != self.channel:
+                raise CommProtocolError(
+                    f"{where}: a message of communicator {int(header['comm'])} channel "
+                    f"{int(header['channel'])} arrived on the stream of communicator {e.comm} "
+                    f"channel {self.channel}: too many communicators or channels share a tag"
+                )
+            check_signature(header, seq=e.seq, signature=e.signature, where=where)
+            if (header["offset"], header["total"], header["nbytes"]) != (offset, self.total, n):
+                raise CommMismatchError(
+                    f"{where}: operation #{e.seq} {e.signature.describe()} expected a "
+                    f"{self.total}-byte message ({n} bytes at offset {offset}), got "
+                    f"{int(header['total'])} bytes ({int(header['nbytes'])} at "
+                    f"{int(header['offset'])}): the ranks run different programs"
+                )
+        except CommError as err:
+            raise e.t.fail(err, e.seq) from None

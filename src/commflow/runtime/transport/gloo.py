@@ -1,0 +1,162 @@
+"""The engine wire over torch.distributed's gloo: a private ``ProcessGroupGloo`` (the default
+process group is left alone) whose rendezvous goes through a TCPStore at
+``MASTER_ADDR:MASTER_PORT``.
+
+Gloo's send/recv work objects report completion only from a blocking ``wait()``, so each
+``(peer, direction, tag)`` lane has a thread that waits on its requests in order (gloo keeps
+each lane in order) and signals every completion; the engine never blocks on gloo itself.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+
+import numpy as np
+
+from commflow.errors import CommflowError
+from commflow.runtime.errors import CommAbortedError
+
+_LONG = timedelta(days=1)
+"""Gloo's own deadline for one request; commflow's deadlines come first."""
+
+
+class GlooRequest:
+    """A gloo send or receive watched by a lane thread."""
+
+    __slots__ = ("work", "tensor", "finished", "error")
+
+    def __init__(self, work, tensor) -> None:
+        self.work, self.tensor = work, tensor
+        self.finished = False
+        self.error: str | None = None
+
+    def done(self) -> bool:
+        """True once complete; ``CommAbortedError`` with gloo's message when it failed."""
+        if self.error is not None:
+            raise CommAbortedError(f"gloo: {self.error}")
+        return self.finished
+
+
+class _Lane:
+    """A thread that waits on one lane's requests in order and reports each completion."""
+
+    def __init__(self, name: str, notify: Callable[[], None]) -> None:
+        self.requests: queue.SimpleQueue[GlooRequest] = queue.SimpleQueue()
+        self.notify = notify
+        threading.Thread(target=self.run, name=name, daemon=True).start()
+
+    def run(self) -> None:
+        while True:
+            request = self.requests.get()
+            try:
+                request.work.wait(_LONG)
+            except RuntimeError as err:
+                request.error = str(err).splitlines()[0]
+            request.finished = True
+            self.notify()
+
+
+class GlooWire:
+    """Tagged point-to-point messages over a gloo process group; see :class:`.engine.Wire`."""
+
+    polled = False
+
+    def __init__(self, group, store, rank: int, size: int) -> None:
+        self.group = group
+        self.store = store
+        self.rank = rank
+        self.size = size
+        self.lanes: dict[tuple[int, bool, int], _Lane] = {}
+        self.gathers = 0
+        self.on_complete: Callable[[], None] = lambda: None
+
+    @classmethod
+    def connect(
+        cls, *, rank: int, size: int, job: str, timeout: float, env: Mapping[str, str]
+    ) -> GlooWire:
+        """Join the job's gloo group: rank 0 serves the TCPStore at ``MASTER_ADDR:MASTER_PORT``
+        (torchrun's agent serves it when ``TORCHELASTIC_USE_AGENT_STORE`` is set; an
+        initialised default process group lends its store). Gloo listens on the address that
+        routes to ``MASTER_ADDR``, or on ``GLOO_SOCKET_IFNAME``. Raises ``CommflowError``
+        when the variables are missing or not every rank joins within ``timeout`` s."""
+        import torch.distributed as dist
+
+        try:
+            addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+        except (KeyError, ValueError):
+            raise CommflowError(
+                f"rank {rank}: ranks on several hosts meet through torch.distributed's "
+                f"TCPStore: set MASTER_ADDR and MASTER_PORT (commflow run --hosts, torchrun and "
+                f"mpirun -x do), or choose COMMFLOW_ENGINE=mpi under mpirun"
+            ) from None
+        wait = timedelta(seconds=timeout)
+        try:
+            if dist.is_initialized():
+                base = dist.distributed_c10d._get_default_store()
+            else:
+                serve = rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+                base = dist.TCPStore(addr, port, size, serve, timeout=wait, wait_for_workers=False)
+            store = dist.PrefixStore(f"commflow/{job}/", base)
+            ifname = env.get("GLOO_SOCKET_IFNAME")
+            device = (
+                dist.ProcessGroupGloo.create_device(interface=ifname)
+                if ifname
+                else dist.ProcessGroupGloo.create_device(hostname=_route_address(addr, port))
+            )
+            options = dist.ProcessGroupGloo._Options()
+            options._timeout = wait
+            options._devices = [device]
+            group = dist.ProcessGroupGloo(store, rank, size, options)
+        except (RuntimeError, OSError) as err:
+            raise CommflowError(
+                f"rank {rank}: gloo rendezvous at {addr}:{port} failed: "
+                f"{str(err).splitlines()[0]}; did all {size} ranks start with the same "
+                f"MASTER_ADDR/MASTER_PORT within {timeout:.0f} s?"
+            ) from err
+        return cls(group, store, rank, size)
+
+    def _watch(self, work, tensor, peer: int, sending: bool, tag: int) -> GlooRequest:
+        request = GlooRequest(work, tensor)
+        key = (peer, sending, tag)
+        lane = self.lanes.get(key)
+        if lane is None:
+            lane = _Lane(
+                f"commflow-gloo-{'send' if sending else 'recv'}-{peer}-{tag}",
+                lambda: self.on_complete(),
+            )
+            self.lanes[key] = lane
+        lane.requests.put(request)
+        return request
+
+    def isend(self, data: np.ndarray, peer: int, tag: int) -> GlooRequest:
+        """Start sending ``data``'s bytes to ``peer``."""
+        import torch
+
+        tensor = torch.from_numpy(data)
+        return self._watch(self.group.send([tensor], peer, tag), tensor, peer, True, tag)
+
+    def irecv(self, data: np.ndarray, peer: int, tag: int) -> GlooRequest:
+        """Start receiving at most ``len(data)`` bytes from ``peer`` into ``data``."""
+        import torch
+
+        tensor = torch.from_numpy(data)
+        return self._watch(self.group.recv([tensor], peer, tag), tensor, peer, False, tag)
+
+    def allgather(self, data: bytes) -> list[bytes]:
+        """Every rank's ``data``, through the store."""
+        self.gathers += 1
+        key = f"allgather/{self.gathers}"
+        self.store.set(f"{key}/{self.rank}", data)
+        return [bytes(self.store.get(f"{key}/{r}")) for r in range(self.size)]
+
+
+def _route_address(addr: str, port: int) -> str:
+    """This machine's address on the route to ``addr`` (a UDP connect sends nothing)."""
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.connect(sockaddr)
+        return probe.getsockname()[0]

@@ -149,7 +149,12 @@ def test_dependencies_across_channels_order_steps(model):
     steps = [program.step_range(s.participant, s.channel)[s.position] for s in (copy, send, recv)]
     assert result.finish[steps] == pytest.approx([1.0, 2.0, 2.0 + ALPHA])
     assert result.critical_path == tuple(steps)
-    assert [r.op for r in result.describe_critical_path(program)] == [Op.COPY, Op.SEND, Op.RECV]
+    rows = result.describe_critical_path(program)
+    assert [r.describe() for r in rows] == [
+        "participant 0 channel 0 step 0: COPY, done at 1000000.000 us",
+        "participant 0 channel 1 step 0: SEND to 1, done at 2000000.000 us",
+        "participant 1 channel 1 step 0: RECV from 0, done at 2000001.000 us",
+    ]
 
 
 @pytest.mark.parametrize("model", MODELS)

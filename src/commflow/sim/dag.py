@@ -78,12 +78,12 @@ class StepGraph:
             self.dep_target = t.dep_idx[order]
             self.dep_owner = np.repeat(np.arange(n, dtype=np.int64), ndeps)[order]
 
-    def predecessors(
+    def critical_predecessor(
         self, i: int, latency: Callable[[np.ndarray], np.ndarray], finish: np.ndarray
-    ) -> tuple[float, int]:
-        """``(start, pred)`` of step ``i`` from the completion times ``finish``: its start
-        time and the predecessor that determined it (-1 when it had none). On ties the
-        message wins over a dependency, and a dependency over the channel predecessor."""
+    ) -> int:
+        """The predecessor of step ``i`` that determined its start, given completion times
+        ``finish`` (-1 when it had none). On ties the message wins over a dependency, and a
+        dependency over the channel predecessor."""
         t = self.program.table
         start, pred = 0.0, -1
         if not self.code[i] & FIRST:
@@ -95,10 +95,9 @@ class StepGraph:
                 start, pred = float(finish[best]), best
         if self.code[i] & RECV:
             send = int(self.partner[i])
-            arrival = float(finish[send] + latency(np.array([send]))[0])
-            if arrival >= start:
-                start, pred = arrival, send
-        return start, pred
+            if finish[send] + latency(np.array([send]))[0] >= start:
+                pred = send
+        return pred
 
 
 class Sweep:
@@ -190,7 +189,7 @@ class Sweep:
         step = int(np.argmax(self.finish))
         path = [step]
         while True:
-            step = self.graph.predecessors(step, self.latency, self.finish)[1]
+            step = self.graph.critical_predecessor(step, self.latency, self.finish)
             if step < 0:
                 return tuple(reversed(path))
             path.append(step)
@@ -216,8 +215,9 @@ class StepCosts:
         self.count = graph.program.table.count
         self.chunk_bytes = chunk_bytes
         self.duration = np.zeros(graph.nsteps, dtype=np.float64)
-        sends = conns.uncontended_sends()
-        self.duration[sends] = self.nbytes(sends) * conns.solo_time_per_byte[conns.of_step[sends]]
+        alone = ~conns.contended[conns.send_conn]
+        sends = conns.sends[alone]
+        self.duration[sends] = self.nbytes(sends) * conns.solo_time_per_byte[conns.send_conn[alone]]
         for bandwidth, bit in ((reduce_bandwidth, REDUCES), (copy_bandwidth, COPIES)):
             if bandwidth is not None:
                 steps = np.flatnonzero(graph.code & bit)

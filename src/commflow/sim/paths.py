@@ -130,8 +130,9 @@ def _number_pairs(src: np.ndarray, dst: np.ndarray, nparts: int) -> tuple[np.nda
 class Connections:
     """The connections of a program's sends on a topology, as link incidence.
 
-    Attributes (numpy arrays): ``sends`` the send steps; ``of_step`` connection of each step
-    (-1 unless it is a send); ``chunks`` sent over each connection in all;
+    Attributes (numpy arrays): ``sends`` the send steps and ``send_conn`` their connections;
+    ``of_step`` connection of each step (-1 unless it is a send); ``chunks`` sent over each
+    connection in all;
     ``ptr``/``link``/``fraction`` CSR incidence per connection (links into
     ``topology.links``, fraction of each message on that link); ``latency`` per connection
     (seconds); ``solo_time_per_byte`` per connection, ``max fraction / bandwidth`` over its
@@ -149,6 +150,7 @@ class Connections:
         nparts = len(program.participants)
         senders = t.part[sends]
         keys, ids = _number_pairs(senders, t.peer[sends], nparts)
+        self.send_conn = ids
         self.of_step = np.full(len(t), -1, dtype=np.int32)
         self.of_step[sends] = ids
         self.chunks = np.bincount(ids, weights=t.count[sends], minlength=len(keys))
@@ -224,11 +226,7 @@ class Connections:
 
     def contended_sends(self) -> np.ndarray:
         """The send steps on contended connections."""
-        return self.sends[self.contended[self.of_step[self.sends]]]
-
-    def uncontended_sends(self) -> np.ndarray:
-        """The send steps on uncontended connections."""
-        return self.sends[~self.contended[self.of_step[self.sends]]]
+        return self.sends[self.contended[self.send_conn]]
 
     def link_bytes(self, chunk_bytes: float) -> np.ndarray:
         """Bytes carried by every link (aligned with ``topology.links``) over the program,

@@ -29,9 +29,10 @@ class CriticalStep:
     """Completion time of the step, seconds."""
 
     def describe(self) -> str:
-        """One line, e.g. ``rank 3 channel 0 step 5: SEND to 4, done at 12.500 us``."""
-        peer = "" if self.peer is None else (" to " if self.op is Op.SEND else " from ")
-        peer += "" if self.peer is None else str(self.peer)
+        """One line, e.g. ``participant 3 channel 0 step 5: SEND to 4, done at 12.500 us``."""
+        peer = ""
+        if self.peer is not None:
+            peer = f" {'to' if self.op is Op.SEND else 'from'} {self.peer}"
         return (
             f"participant {self.participant} channel {self.channel} step {self.position}: "
             f"{self.op.name}{peer}, done at {self.finish * 1e6:.3f} us"

@@ -84,7 +84,13 @@ def _measurements():
 
 def test_ratios_compare_auto_with_the_peer_and_best_picks_the_fastest():
     config = BenchConfig(nranks=2, sizes=(8, 4096), algos=("auto", "ring"), peers=("gloo",))
-    report = BenchReport(config=config, measurements=_measurements(), copy_bandwidth=1.0, bound=0.5)
+    report = BenchReport(
+        config=config,
+        measurements=_measurements(),
+        copy_bandwidth=1.0,
+        load=(0.0, 0.0, 0.0),
+        bound=0.5,
+    )
     assert report.reference_algo() == "auto"
     assert report.ratios("gloo") == {
         (8, False): 4.0,

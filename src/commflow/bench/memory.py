@@ -8,8 +8,10 @@ per second by one process, each read once and written once), the busiest rank ne
 For allreduce of ``S`` bytes ``in = out = S``, so ``algbw <= B/2`` and, with nccl-tests' factor
 ``2(n-1)/n``, ``busbw <= B (n-1)/n`` (``B/2`` for 2 ranks). The reduction itself (reading the
 peers' staged blocks) only adds to this, and concurrent ranks share the memory system, so the
-bound is optimistic, an upper bound. Single-copy kernel-assisted transports (Linux CMA, XPMEM,
-as Open MPI may use) copy once per byte and are not bounded by it.
+bound is optimistic, an upper bound. It holds for buffers larger than the last-level cache:
+the probe copies 256 MiB, and smaller buffers are copied at cache bandwidth. Single-copy
+kernel-assisted transports (Linux CMA, XPMEM, as Open MPI may use) copy once per byte and are
+not bounded by it.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ peers that could not run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from commflow.bench.memory import copy_bandwidth, staged_busbw_bound
 from commflow.bench.spec import RunSpec
 from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError, CommflowError
-from commflow.runtime import DEFAULT_TIMEOUT, OPS, dtype_of, fastpath
+from commflow.runtime import DEFAULT_TIMEOUT, OPS, algorithm_names, dtype_of, fastpath
 from commflow.runtime.programs import check_algorithm
 
 BenchProgress = Callable[[str, int, int], None]
@@ -100,17 +101,17 @@ class BenchConfig:
 
 
 def commflow_algorithms(collective: Collective, nranks: int) -> tuple[str, ...]:
-    """``auto``, every registered algorithm whose program builds for ``nranks`` ranks, and the
-    ``shm`` fast path where it covers ``collective``."""
+    """``auto`` and every algorithm the runtime can run for ``collective`` on ``nranks`` ranks
+    (:func:`commflow.runtime.algorithm_names`: the ``shm`` fast path where it covers the
+    collective, and the registered programs that build for ``nranks``)."""
     names = ["auto"]
-    for algorithm in algorithms.available(collective):
-        try:
-            algorithms.build(collective, algorithm.name, nranks)
-        except AlgorithmError:
-            continue
-        names.append(algorithm.name)
-    if collective in fastpath.COLLECTIVES:
-        names.append(fastpath.NAME)
+    for name in algorithm_names(collective):
+        if name != fastpath.NAME:
+            try:
+                algorithms.build(collective, name, nranks)
+            except AlgorithmError:
+                continue
+        names.append(name)
     return tuple(names)
 
 
@@ -124,6 +125,9 @@ class BenchReport:
     """One per (implementation, algorithm, size, placement), commflow first."""
     copy_bandwidth: float
     """Single-process memory copy bandwidth, bytes copied per second."""
+    load: tuple[float, float, float]
+    """The host's load averages (1, 5, 15 min) when the run started: other processes on the
+    cores disturb the timings."""
     bound: float
     """Upper bound on busbw (bytes/s) of a copy-in/copy-out shared-memory implementation
     (:func:`~commflow.bench.memory.staged_busbw_bound`)."""
@@ -164,6 +168,7 @@ def run_benchmark(config: BenchConfig, *, progress: BenchProgress | None = None)
     A peer that is not installed, cannot run the operation, or fails adds a note instead of
     raising; commflow's own failure raises ``CommflowError``.
     """
+    load = os.getloadavg()
     bandwidth = copy_bandwidth()
     measurements = _run(config, "commflow", config.commflow_algos, progress)
     notes = []
@@ -183,6 +188,7 @@ def run_benchmark(config: BenchConfig, *, progress: BenchProgress | None = None)
         config=config,
         measurements=measurements,
         copy_bandwidth=bandwidth,
+        load=load,
         bound=staged_busbw_bound(config.collective, config.nranks, bandwidth),
         notes=notes,
     )

@@ -130,6 +130,8 @@ def _print(report: BenchReport) -> None:
         "time = median, ci95 = 95% confidence interval of the median",
         markup=False,
     )
+    load = " ".join(f"{x:.2f}" for x in report.load)
+    out.print(f"# host: {os.cpu_count()} cores, load average {load} at the start", markup=False)
     reference = report.reference_algo()
     groups: dict[tuple[str, str], list[Measurement]] = {}
     for m in report.measurements:
@@ -161,9 +163,9 @@ def _print(report: BenchReport) -> None:
         markup=False,
     )
     out.print(
-        f"# memory-bandwidth bound: {number(gbps(report.bound))} GB/s busbw (every rank "
-        f"copies its input into shared memory and its output out of it; "
-        f"docs/benchmarks.md)",
+        f"# memory-bandwidth bound: {number(gbps(report.bound))} GB/s busbw for buffers "
+        f"beyond the caches (every rank copies its input into shared memory and its output "
+        f"out of it; docs/benchmarks.md)",
         markup=False,
     )
 

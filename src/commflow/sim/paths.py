@@ -106,25 +106,26 @@ def place(program: Program, topology: Topology, placement: Sequence[int] | None)
 def _number_pairs(src: np.ndarray, dst: np.ndarray, nparts: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct ``(src, dst)`` keys ``src * nparts + dst`` in increasing order, and the index
     of each input pair among them. ``src`` must be non-decreasing (steps are sorted by
-    participant); works in blocks of senders so memory stays bounded and time linear."""
+    participant). Works on blocks of senders with a dense table per block, so memory stays
+    bounded and time linear (no sort)."""
     per_block = max(1, _BLOCK_CELLS // max(nparts, 1))
-    keys: list[np.ndarray] = []
+    block = src // per_block
+    changes = np.flatnonzero(np.diff(block)) + 1
+    bounds = np.concatenate(([0], changes, [len(src)])) if len(src) else np.zeros(1, np.int64)
+    keys: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
     ids = np.empty(len(src), dtype=np.int32)
     found = 0
-    for first in range(0, nparts, per_block):
-        lo, hi = np.searchsorted(src, (first, first + per_block))
-        if lo == hi:
-            continue
-        local = (src[lo:hi].astype(np.int64) - first) * nparts + dst[lo:hi]
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        first = int(block[lo]) * per_block
+        # Block cells number fewer than 2**31: int32 keeps the temporaries small.
+        local = (src[lo:hi] - np.int32(first)).astype(np.int32) * np.int32(nparts)
+        local += dst[lo:hi]
         seen = np.zeros(per_block * nparts, dtype=bool)
         seen[local] = True
-        rank_of = np.cumsum(seen, dtype=np.int64) - 1
-        ids[lo:hi] = found + rank_of[local]
-        block_keys = np.flatnonzero(seen) + first * nparts
-        keys.append(block_keys)
-        found += len(block_keys)
-    all_keys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
-    return all_keys, ids
+        ids[lo:hi] = found + (np.cumsum(seen, dtype=np.int64) - 1)[local]
+        keys.append(np.flatnonzero(seen) + first * nparts)
+        found += len(keys[-1])
+    return np.concatenate(keys), ids
 
 
 class Connections:

@@ -150,3 +150,18 @@ def test_ecmp_sprays_a_message_over_equal_cost_paths(model):
     assert result.finish[index(program, send)] == pytest.approx(0.5)
     assert result.time == pytest.approx(0.5 + 2 * latency)
     assert result.link_bytes == pytest.approx([5e8] * 4)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_contended_link_used_in_turn_costs_no_sharing(model):
+    """Ranks 0 and 1 both send to rank 2 over the switch link sw->2 (a contended connection
+    pair, so the flow model runs its event loop), but in turn: 0 -> 2, 2 -> 1, then 1 -> 2.
+    Three messages of 1 s each, two hops of latency each: 3 s + 6 latencies."""
+    latency = 1e-3
+    b = builder(3)
+    b.transfer(0, 2, inp(0), out(0))
+    b.transfer(2, 1, inp(0), out(2))
+    b.transfer(1, 2, inp(0), out(1))
+    result = simulate(b.build(), switch(3, bandwidth=BW, latency=latency), 3e9, model=model)
+    assert result.time == pytest.approx(3.0 + 6 * latency)
+    assert len(result.critical_path) == 6

@@ -8,6 +8,7 @@ this rank's block, ``alltoall`` splits the first axis into nranks blocks, block 
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ class Communicator:
         self.timeout = timeout
         self.ranks = ranks or list(range(spec.size))
         self.comm_id = comm_id
+        self._splits = 0
         self._seq = 0
         self._p2p: dict[tuple[int, bool], int] = {}
         self._worker: ThreadPoolExecutor | None = None
@@ -187,6 +189,24 @@ class Communicator:
         send = a if self.rank == root else np.empty(0, a.dtype)
         return self._submit(_Call(Collective.SCATTER, send, b, b.size, "sum", root, algo), out,
                             async_op, timeout)
+
+    def split(self, color: int | None, key: int = 0, *,
+              timeout: float | None = None) -> Communicator | None:
+        """A sub-communicator of the ranks that pass the same ``color`` (like ``MPI_Comm_split``),
+        ranked by ``key`` then by rank here; ``None`` for ranks passing ``color=None``. Every
+        rank of this communicator must call it."""
+        mine = np.array([-1 if color is None else color, key], dtype=np.int64)
+        if color is not None and color < 0:
+            raise CommflowError(f"split on rank {self.rank}: color must be >= 0 or None")
+        table = self.allgather(mine, algo="direct", timeout=timeout).reshape(-1, 2)
+        self._splits += 1
+        if color is None:
+            return None
+        members = sorted((int(k), r) for r, (c, k) in enumerate(table.tolist()) if c == color)
+        ranks = [self.ranks[r] for _, r in members]
+        comm_id = zlib.crc32(f"{self.comm_id}/{self._splits}/{color}".encode()) & 0x7FFFFFFF
+        return Communicator(self.spec, self.transport, timeout=self.timeout, ranks=ranks,
+                            comm_id=comm_id or 1)
 
     def barrier(self, *, timeout: float | None = None) -> None:
         """Return once every rank has called ``barrier``."""

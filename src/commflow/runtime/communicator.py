@@ -21,10 +21,13 @@ from commflow.runtime import fastpath, programs
 from commflow.runtime.arrays import as_numpy, flat, like
 from commflow.runtime.errors import CommTimeoutError
 from commflow.runtime.executor import run_plan
-from commflow.runtime.ops import finish, reducer
+from commflow.runtime.ops import Reducer, finish, reducer
 from commflow.runtime.protocol import Signature
 from commflow.runtime.transport.shm import ShmTransport
 from commflow.runtime.world import WorldSpec
+
+_ROOTED = frozenset(c for c in Collective if c.rooted)
+_REDUCES = frozenset(c for c in Collective if c.reduces)
 
 P2P_CHANNEL = 1 << 30
 """Channel id reserved for point-to-point messages."""
@@ -61,6 +64,7 @@ class _Call:
     op: str
     root: int
     algo: str
+    reduce: Reducer | None = None
 
 
 class Communicator:
@@ -78,6 +82,7 @@ class Communicator:
         self._p2p: dict[tuple[int, bool], int] = {}
         self._worker: ThreadPoolExecutor | None = None
         self._scratch_buffers: dict[str, np.ndarray] = {}
+        self._signatures: dict[tuple, Signature] = {}
         world = self.ranks == list(range(spec.size)) and spec.local_size == spec.size
         self._fast = fastpath.SharedBufferPaths(
             lambda seq, sig, dt: transport.endpoint(seq, sig, dt, self.ranks, comm_id),
@@ -245,7 +250,7 @@ class Communicator:
 
     def _submit(self, call: _Call, result, async_op: bool, timeout: float | None):
         programs.check_algorithm(call.collective, call.algo)
-        reducer(call.op, call.send.dtype)
+        call.reduce = reducer(call.op, call.send.dtype)
         return self._dispatch(lambda: self._run(call, timeout), result, async_op)
 
     def _dispatch(self, work: Callable[[], None], result, async_op: bool):
@@ -275,6 +280,17 @@ class Communicator:
             self._scratch_buffers[key] = buf
         return buf
 
+    def _signature(self, coll: Collective, dtype: np.dtype, nbytes: int, op: str, root: int,
+                   name: str) -> Signature:
+        key = (coll, dtype.str, nbytes, op, root, name)
+        signature = self._signatures.get(key)
+        if signature is None:
+            if len(self._signatures) > 4096:
+                self._signatures.clear()
+            signature = Signature("collective", coll.value, str(dtype), nbytes, op, root, name)
+            self._signatures[key] = signature
+        return signature
+
     def _run(self, call: _Call, timeout: float | None) -> None:
         seq = self._next_seq()
         coll = call.collective
@@ -282,13 +298,12 @@ class Communicator:
         nbytes = call.unit * dtype.itemsize
         name = programs.choose(coll, self.size, max(call.send.nbytes, call.recv.nbytes),
                                call.algo)
-        root = call.root if coll.rooted else None
+        root = call.root if coll in _ROOTED else None
         send, recv = flat(call.send), flat(call.recv)
-        if coll is not Collective.BROADCAST and np.shares_memory(send, recv):
+        if coll is not Collective.BROADCAST and np.may_share_memory(send, recv):
             send = send.copy()
-        signature = Signature("collective", coll.value, dtype.name, nbytes, call.op,
-                              call.root, name)
-        reduce = reducer(call.op, dtype)
+        signature = self._signature(coll, dtype, nbytes, call.op, call.root, name)
+        reduce = call.reduce
         if name == fastpath.NAME:
             if self._fast is None:
                 raise CommflowError(f"algo {name!r} runs only on the world communicator of "
@@ -301,7 +316,7 @@ class Communicator:
             endpoint = self.transport.endpoint(seq, signature, dtype, self.ranks, self.comm_id)
             run_plan(plan, (send, recv, self._scratch(plan.scratch_elements, dtype)), endpoint,
                      reduce, deadline=self._deadline(timeout), what=what, seq=seq)
-        if coll.reduces and (coll is not Collective.REDUCE or self.rank == call.root):
+        if coll in _REDUCES and (coll is not Collective.REDUCE or self.rank == call.root):
             finish(call.op, recv, self.size)
 
     def _point(self, a: np.ndarray, peer: int, sending: bool, result, async_op: bool,

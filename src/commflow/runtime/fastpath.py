@@ -50,6 +50,7 @@ class SharedBufferPaths:
         self.me = rank
         self.epoch = 0
         self.segments = 0
+        self._views: dict[tuple[int, str], list[np.ndarray]] = {}
 
     def run(self, collective: Collective, send: np.ndarray, recv: np.ndarray, unit: int,
             reduce: Reducer, root: int, *, seq: int, signature: Signature,
@@ -68,8 +69,7 @@ class SharedBufferPaths:
             m = hi - lo
             half = self.segments % 2
             self.segments += 1
-            stages = [host.stage[r][half * half_bytes:(half + 1) * half_bytes].view(send.dtype)
-                      for r in range(n)]
+            stages = self._stages(host, half, half_bytes, send.dtype)
             mine = stages[me]
             if collective is Collective.ALLREDUCE and n == 2:
                 mine[:m] = send[lo:hi]
@@ -113,6 +113,16 @@ class SharedBufferPaths:
                 wait()
                 if me != root:
                     recv[lo:hi] = stages[root][:m]
+
+    def _stages(self, host, half: int, half_bytes: int, dtype: np.dtype) -> list[np.ndarray]:
+        """Every rank's staging half ``half`` viewed as ``dtype`` (cached)."""
+        key = (half, dtype.str)
+        views = self._views.get(key)
+        if views is None:
+            views = [host.stage[r][half * half_bytes:(half + 1) * half_bytes].view(dtype)
+                     for r in range(self.n)]
+            self._views[key] = views
+        return views
 
     def _phase(self, endpoint: ShmEndpoint, seq: int, signature: Signature,
                deadline: float) -> None:

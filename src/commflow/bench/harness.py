@@ -30,7 +30,7 @@ from commflow.runtime import dtype_of
 from commflow.runtime.launcher import launch
 
 Progress = Callable[[int], None]
-"""Called with the number of (algorithm, size) pairs finished so far."""
+"""Called with the number of sizes finished so far (every algorithm, both placements)."""
 
 _POLL = 0.2
 _SLOWEST = 25e6

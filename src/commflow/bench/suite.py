@@ -24,7 +24,7 @@ from commflow.runtime import DEFAULT_TIMEOUT, OPS, algorithm_names, dtype_of, fa
 from commflow.runtime.programs import check_algorithm
 
 BenchProgress = Callable[[str, int, int], None]
-"""Called as ``progress(impl, done, total)`` with (algorithm, size) pairs done and to do."""
+"""Called as ``progress(impl, done, total)`` with the sizes done and to do."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,6 +209,6 @@ def _run(
         iters=config.iters,
         timeout=config.timeout,
     )
-    total = len(algos) * len(config.blocks)
+    total = len(config.blocks)
     report = None if progress is None else (lambda done: progress(impl, done, total))
     return run_impl(spec, config.nranks, progress=report)

@@ -1,13 +1,14 @@
 """The rank side of ``commflow bench``: ``python -m commflow.bench.worker SPEC.json``.
 
 Every rank reads the :class:`~commflow.bench.spec.RunSpec` the parent wrote, joins the
-implementation's job, and for every algorithm, size and placement runs ``warmup`` untimed
-iterations, then ``iters`` timed ones. Each iteration first resets the buffers
-(:meth:`Case.prepare`, untimed), then enters the implementation's own barrier; the rank times
-only the collective call (``time.perf_counter``). After the timed loop every rank counts the
-elements of its last result that differ from the expected values. Each rank writes its times and
-count as JSON to ``rank<r>.json`` in the spec file's directory; rank 0 appends a line to
-``progress`` there after each size. Nothing is pickled.
+implementation's job, and for every size and placement runs every algorithm in turn (so that a
+load changing on the host affects them alike): ``warmup`` untimed iterations, then ``iters``
+timed ones. Each iteration first resets the buffers (:meth:`Case.prepare`, untimed), then enters
+the implementation's own barrier; the rank times only the collective call
+(``time.perf_counter``). After the timed loop every rank counts the elements of its last result
+that differ from the expected values. Each rank writes its times and counts as JSON to
+``rank<r>.json`` in the spec file's directory; rank 0 appends a line to ``progress`` there after
+each size. Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -55,25 +56,24 @@ def run(spec: RunSpec, outdir: Path) -> None:
     ranks = module(spec.impl).connect(spec.timeout)
     collective, dtype = parse_collective(spec.collective), dtype_of(spec.dtype)
     results = []
-    for algo in spec.algos:
-        for block in spec.blocks:
-            for inplace in (False, True):
-                case = Case(
-                    CaseSpec(
-                        collective=collective,
-                        nranks=ranks.nranks,
-                        rank=ranks.rank,
-                        block=block,
-                        dtype=dtype,
-                        op=spec.op,
-                        root=spec.root,
-                        inplace=inplace,
-                    )
+    for block in spec.blocks:
+        for inplace in (False, True):
+            case = Case(
+                CaseSpec(
+                    collective=collective,
+                    nranks=ranks.nranks,
+                    rank=ranks.rank,
+                    block=block,
+                    dtype=dtype,
+                    op=spec.op,
+                    root=spec.root,
+                    inplace=inplace,
                 )
-                results.append(_measure(ranks, spec, algo, case))
-            if ranks.rank == 0:
-                with open(outdir / "progress", "a") as progress:
-                    progress.write(f"{algo} {block}\n")
+            )
+            results += [_measure(ranks, spec, algo, case) for algo in spec.algos]
+        if ranks.rank == 0:
+            with open(outdir / "progress", "a") as progress:
+                progress.write(f"{block}\n")
     ranks.close()
     result = {"rank": ranks.rank, "nranks": ranks.nranks, "runs": results}
     (outdir / f"rank{ranks.rank}.json").write_text(json.dumps(result))

@@ -151,7 +151,8 @@ def _print(report: BenchReport) -> None:
         for m in report.best_algorithms():
             place = "in-place" if m.inplace else "out-of-place"
             out.print(
-                f"#   {format_size(m.size):>6} {place:<13}{m.algo:<20}{number(gbps(m.busbw))} GB/s",
+                f"#   {format_size(m.size):>6} {place:<13}{m.algo:<20}"
+                f"{number(usec(m.time.median)):>11} us{number(gbps(m.busbw)):>8} GB/s",
                 markup=False,
             )
     out.print("#", markup=False)

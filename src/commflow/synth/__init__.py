@@ -1,0 +1,25 @@
+"""Synthesis of topology-aware collective programs.
+
+- :func:`synthesize`: the front door.
+- :mod:`~commflow.synth.links`: logical rank-to-rank edges (switches split off).
+- :mod:`~commflow.synth.trees`: throughput-optimal spanning-tree packing (Blink, ForestColl).
+- :mod:`~commflow.synth.lower`: packings to programs.
+"""
+
+from commflow.synth.api import DEFAULT_CHUNKS, OBJECTIVES, synthesize
+from commflow.synth.links import LogicalEdges, logical_edges
+from commflow.synth.lower import apportion, lower
+from commflow.synth.trees import TreePacking, WeightedTree, pack_trees
+
+__all__ = [
+    "DEFAULT_CHUNKS",
+    "OBJECTIVES",
+    "LogicalEdges",
+    "TreePacking",
+    "WeightedTree",
+    "apportion",
+    "logical_edges",
+    "lower",
+    "pack_trees",
+    "synthesize",
+]

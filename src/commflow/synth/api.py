@@ -1,0 +1,75 @@
+"""The front door: :func:`synthesize` picks the synthesis method for a collective."""
+
+from __future__ import annotations
+
+import math
+
+from commflow.collectives import Collective, check_root, parse_collective
+from commflow.errors import AlgorithmError
+from commflow.ir import Program
+from commflow.synth.links import logical_edges
+from commflow.synth.lower import lower
+from commflow.synth.trees import integral_shares, pack_trees
+from commflow.topology.graph import Topology
+
+OBJECTIVES = ("bandwidth", "latency", "balanced")
+"""What :func:`synthesize` optimises: large-message time, step count, or a mix."""
+
+DEFAULT_CHUNKS = 96
+"""Chunks per root (at least) for bandwidth-optimal tree programs: enough pipelining that a
+1 GiB collective on the preset boxes reaches the bound within 2%."""
+
+
+def synthesize(
+    collective: Collective | str,
+    topology: Topology,
+    *,
+    objective: str = "bandwidth",
+    root: int = 0,
+    chunks: int | None = None,
+    size: float | None = None,
+    max_steps: int | None = None,
+    time_limit: float | None = None,
+) -> Program:
+    """A program for ``collective`` on ``topology``, synthesized for ``objective``.
+
+    ``bandwidth``: spanning-tree packing (allgather, reducescatter, allreduce as RS + AG,
+    broadcast, reduce; :mod:`commflow.synth.trees`) lowered with ``chunks`` chunks per root
+    (default :data:`DEFAULT_CHUNKS`). ``root`` is used by broadcast and reduce. ``size``,
+    ``max_steps`` and ``time_limit`` are accepted for the latency objectives. Raises
+    ``AlgorithmError`` for an unknown objective or a collective the method does not cover,
+    and ``TopologyError`` when the ranks are not connected.
+    """
+    kind = parse_collective(collective)
+    if objective not in OBJECTIVES:
+        raise AlgorithmError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
+    del size, max_steps, time_limit
+    root = check_root(kind, topology.nranks, root)
+    return _tree_program(kind, topology, root, chunks or DEFAULT_CHUNKS)
+
+
+def _tree_program(kind: Collective, topology: Topology, root: int | None, chunks: int) -> Program:
+    if kind in (Collective.ALLTOALL, Collective.GATHER, Collective.SCATTER):
+        raise AlgorithmError(f"tree packing does not synthesize {kind.value}")
+    edges = logical_edges(topology)
+    roots = None if root is None else [root]
+    down = up = ()
+    units = 1
+    if kind in (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE):
+        down, units = integral_shares(edges, pack_trees(edges, roots))
+    if kind.reduces:
+        reverse = edges.reversed()
+        up, up_units = integral_shares(reverse, pack_trees(reverse, roots))
+        units = math.lcm(units, up_units) if down else up_units  # allreduce: cut alike
+    pieces = -(-chunks // units)
+    return lower(
+        kind,
+        topology.nranks,
+        down=down,
+        up=up,
+        units=units,
+        pieces=pieces,
+        name=f"{kind.value}/synth_trees",
+        root=root,
+        params={"topology": topology.name, "units": units, "pieces": pieces},
+    )

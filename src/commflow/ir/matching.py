@@ -17,23 +17,28 @@ def match_transfers(program: Program) -> np.ndarray:
     """
     t = program.table
     n = len(t)
-    idx = np.arange(n, dtype=np.int64)
-    send = idx[t.op == Op.SEND]
-    recv = idx[(t.op == Op.RECV) | (t.op == Op.RECV_REDUCE)]
-    nparts = np.int64(len(program.participants))
-    nchan = np.int64(int(t.chan.max()) + 1 if n else 1)
+    is_send = t.op == Op.SEND
+    is_recv = (t.op == Op.RECV) | (t.op == Op.RECV_REDUCE)
+    send = np.flatnonzero(is_send)
+    recv = np.flatnonzero(is_recv)
+    nparts = len(program.participants)
+    nchan = int(t.chan.max()) + 1 if n else 1
+    wide = nparts * nparts * nchan >= np.iinfo(np.int32).max
+    kind = np.int64 if wide else np.int32
 
     def key(src: np.ndarray, dst: np.ndarray, chan: np.ndarray) -> np.ndarray:
-        return (src.astype(np.int64) * nparts + dst) * nchan + chan
+        return (src.astype(kind) * nparts + dst) * nchan + chan
 
+    # steps are stored in channel order, so a stable sort by connection keeps FIFO order
+    # (and is nearly linear: most programs list a connection's messages together)
     ks = key(t.part[send], t.peer[send], t.chan[send])
     kr = key(t.peer[recv], t.part[recv], t.chan[recv])
-    send = send[np.lexsort((send, ks))]
-    recv = recv[np.lexsort((recv, kr))]
-    ks_sorted = key(t.part[send], t.peer[send], t.chan[send])
-    kr_sorted = key(t.peer[recv], t.part[recv], t.chan[recv])
-    if len(send) != len(recv) or np.any(ks_sorted != kr_sorted):
-        _explain_mismatch(program, ks_sorted, kr_sorted, nparts, nchan)
+    order_s = np.argsort(ks, kind="stable")
+    order_r = np.argsort(kr, kind="stable")
+    send, ks = send[order_s], ks[order_s]
+    recv, kr = recv[order_r], kr[order_r]
+    if len(send) != len(recv) or not np.array_equal(ks, kr):
+        _explain_mismatch(program, ks, kr, np.int64(nparts), np.int64(nchan))
     bad = np.flatnonzero(t.count[send] != t.count[recv])
     if len(bad):
         s, r = int(send[bad[0]]), int(recv[bad[0]])

@@ -100,8 +100,8 @@ class StepTable:
         n = len(self)
         if n == 0:
             return np.zeros(1, dtype=np.int64)
-        key = self.part.astype(np.int64) << 32 | self.chan.astype(np.int64)
-        change = np.flatnonzero(np.diff(key)) + 1
+        change = np.flatnonzero((self.part[1:] != self.part[:-1])
+                                | (self.chan[1:] != self.chan[:-1])) + 1
         return np.concatenate(([0], change, [n])).astype(np.int64)
 
     def deps_of(self, i: int) -> np.ndarray:

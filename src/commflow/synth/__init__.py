@@ -9,7 +9,7 @@
 from commflow.synth.api import DEFAULT_CHUNKS, OBJECTIVES, synthesize
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import apportion, lower
-from commflow.synth.trees import TreePacking, WeightedTree, pack_trees
+from commflow.synth.trees import TreePacking, WeightedTree, integral_shares, pack_trees
 
 __all__ = [
     "DEFAULT_CHUNKS",
@@ -18,6 +18,7 @@ __all__ = [
     "TreePacking",
     "WeightedTree",
     "apportion",
+    "integral_shares",
     "logical_edges",
     "lower",
     "pack_trees",

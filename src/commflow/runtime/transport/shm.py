@@ -268,16 +268,25 @@ class ShmEndpoint:
         self.signature = signature
         self.digest = signature.digest
         self.dtype = dtype
+        self.busy: list[int] | None = None
+        """Unfinished sends and receives per local peer, once one was started: then only
+        those peers' deaths abort the operation (``None``: every local peer's does)."""
+
+    def _opened(self, op):
+        if self.busy is None:
+            self.busy = [0] * self.t.host.layout.nlocal
+        self.busy[op.peer] += 1
+        return op
 
     def start_send(self, peer: int, channel: int, parts) -> _ShmSend:
         """Begin sending ``parts`` to global rank ``peer``."""
-        return _ShmSend(self, self.t.local[self.members[peer]], channel,
-                        [p.view(np.uint8) for p in parts])
+        return self._opened(_ShmSend(self, self.t.local[self.members[peer]], channel,
+                                     [p.view(np.uint8) for p in parts]))
 
     def start_recv(self, peer: int, channel: int, elements: int, sink) -> _ShmRecv:
         """Begin receiving ``elements`` items from global rank ``peer``."""
-        return _ShmRecv(self, self.t.local[self.members[peer]], channel,
-                        elements * self.dtype.itemsize, sink)
+        return self._opened(_ShmRecv(self, self.t.local[self.members[peer]], channel,
+                                     elements * self.dtype.itemsize, sink))
 
     def idle(self, rounds: int, deadline: float) -> None:
         """Spin, then yield, then sleep on the doorbell in short slices."""
@@ -297,10 +306,12 @@ class ShmEndpoint:
         host.sleep(lambda: bool(bell[0]), max(0.0, deadline - time.monotonic()))
 
     def check_peers_alive(self) -> None:
-        """Raise ``CommAbortedError`` if a local peer process has exited."""
+        """Raise ``CommAbortedError`` if a local peer this operation still needs (see
+        :attr:`busy`) has exited; peers that finished their part may exit."""
         host = self.t.host
         for local, pid in enumerate(host.attached.tolist()):
-            if local != host.me and not _alive(pid):
+            needed = self.busy is None or self.busy[local]
+            if local != host.me and needed and not _alive(pid):
                 host.abort(ABORT_DEAD, local, self.seq)
                 raise CommAbortedError(
                     f"{self.signature.collective} #{self.seq}: rank {self.t.ranks[local]} "
@@ -366,6 +377,7 @@ class _ShmSend:
             host.publish(self.peer)
             self.offset += n
             if self.offset >= self.total:
+                self.e.busy[self.peer] -= 1
                 return True
 
 
@@ -405,7 +417,8 @@ class _ShmRecv:
                 t.release(self.peer)
             self.offset += len(payload)
             if self.total == 0:
-                return True
+                break
+        self.e.busy[self.peer] -= 1
         return True
 
 

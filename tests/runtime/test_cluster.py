@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -17,107 +17,78 @@ from commflow.runtime import cluster
 
 CLI = [sys.executable, "-c", "from commflow.cli import main; main()"]
 
-JOB = """
-import os
-import time
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "runtime.md"
 
-import numpy as np
-
-import commflow.runtime
-from commflow.runtime.cluster import link_delay
-
-comm = commflow.runtime.init(timeout=60)
-x = np.arange(1000, dtype=np.int64) * (comm.rank + 1)
-for algo in ("hierarchical", "ring"):
-    assert np.array_equal(comm.allreduce(x, algo=algo), np.arange(1000) * 10), algo
-big = np.zeros(8 << 20, np.uint8)
-comm.barrier()
-start = time.perf_counter()
-if comm.rank == 0:
-    comm.send(big, 2)
-    comm.recv(big[:1], 2)
-elif comm.rank == 2:
-    comm.recv(big, 0)
-    comm.send(big[:1], 0)
-seconds = time.perf_counter() - start
-print(f"host {os.environ['COMMFLOW_HOST']} local {comm.local_rank}/{comm.local_size} "
-      f"{type(comm.transport).__name__} delay {link_delay(os.environ) * 1e6:.0f}us "
-      f"8MiB {seconds:.3f}s", flush=True)
-"""
+TBF_BUCKET = 250_000
+"""Bytes a 1 Gbit/s tbf of ``commflow cluster`` lets through at once (2 ms of traffic)."""
 
 
-def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=180, check=False)
+def docs_example() -> str:
+    """The Python block of the "Multi-host" section of docs/runtime.md."""
+    section = DOCS.read_text().split("## Multi-host", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+
+
+def _cli(command: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``commflow`` with the words of ``command``."""
+    done = subprocess.run(
+        [*CLI, *command.split()], capture_output=True, text=True, timeout=180, check=False
+    )
     if check:
-        assert done.returncode == 0, f"commflow {' '.join(args)}: {done.stdout}{done.stderr}"
+        assert done.returncode == 0, f"commflow {command}: {done.stdout}{done.stderr}"
     return done
 
 
-def _ip(*args: str) -> str:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=True).stdout
+def _out(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
 
-def test_two_hosts_up_run_allreduce_down(tmp_path):
-    script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(JOB))
+def test_two_hosts_up_run_the_docs_example_down(tmp_path):
+    script = tmp_path / "hosts_allreduce.py"
+    script.write_text(docs_example())
     try:
-        _cli("cluster", "up", "--hosts", "3", "--bandwidth", "200mbit")  # replaced below
-        up = _cli(
-            "cluster",
-            "up",
-            "--hosts",
-            "2",
-            "--ranks-per-host",
-            "2",
-            "--bandwidth",
-            "1gbit",
-            "--delay",
-            "100us",
-        )
+        _cli("cluster up --hosts 3 --bandwidth 200mbit")  # replaced by the next one
+        up = _cli("cluster up --hosts 2 --ranks-per-host 2 --bandwidth 1gbit --delay 100us")
         assert "run:  commflow run --hosts h0:2,h1:2 COMMAND" in up.stdout
-        names = sorted(line.split()[0] for line in _ip("netns", "list").splitlines())
-        assert [n for n in names if n.startswith("commflow-")] == [
+        names = {line.split()[0] for line in _out("ip", "netns", "list").splitlines()}
+        assert {n for n in names if n.startswith("commflow-")} == {
             "commflow-h0",
             "commflow-h1",
             "commflow-sw",
-        ]
+        }
         for i in range(2):
-            assert f"inet 198.18.0.{i + 1}/15" in _ip(
-                "-n", f"commflow-h{i}", "addr", "show", "eth0"
-            )
-            shaping = subprocess.run(
-                ["tc", "-n", f"commflow-h{i}", "qdisc", "show", "dev", "eth0"],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            assert re.search(r"qdisc tbf .* rate 1Gbit", shaping.stdout), shaping.stdout
+            ns = f"commflow-h{i}"
+            assert f"inet 198.18.0.{i + 1}/15" in _out("ip", "-n", ns, "addr", "show", "eth0")
+            shaping = _out("tc", "-n", ns, "qdisc", "show", "dev", "eth0")
+            assert re.search(r"qdisc tbf .* rate 1Gbit", shaping), shaping
         assert cluster.current() == cluster.ClusterSpec(
             hosts=2, ranks_per_host=2, bandwidth=125e6, delay=100e-6
         )
+        probe = "from commflow.runtime.cluster import *; print(link_delay({'COMMFLOW_HOST': '1'}))"
+        inside = _out("ip", "netns", "exec", "commflow-h1", sys.executable, "-c", probe)
+        assert float(inside) == 100e-6  # the delay of the namespace this probe runs in
 
-        run = _cli("run", "--hosts", "h0:2,h1:2", str(script))
-        lines = sorted(
-            re.findall(
-                r"\[rank (\d)\] host (\d) local (\d)/(\d) (\w+) delay (\d+)us "
-                r"8MiB ([\d.]+)s",
-                run.stdout,
-            )
+        run = _cli(f"run --hosts h0:2,h1:2 {script}")
+        lines = re.findall(
+            r"\[rank (\d)\] host (\d), local rank (\d) of (\d): (\w+) sum (\S+) "
+            r"in (\d+) ms",
+            run.stdout,
         )
-        assert [line[:6] for line in lines] == [
-            ("0", "0", "0", "2", "RoutedTransport", "100"),
-            ("1", "0", "1", "2", "RoutedTransport", "100"),
-            ("2", "1", "0", "2", "RoutedTransport", "100"),
-            ("3", "1", "1", "2", "RoutedTransport", "100"),
-        ], run.stdout
-        # 8 MiB through a 1 Gbit/s link (tbf lets its 250 kB bucket through at once)
-        assert float(lines[0][6]) >= ((8 << 20) - 250_000) / 125e6, lines
+        assert sorted(line[:6] for line in lines) == sorted(
+            (str(r), str(r // 2), str(r % 2), "2", algo, "10")
+            for r in range(4)
+            for algo in ("hierarchical", "ring")
+        ), run.stdout
+        # bytes each host sends through its 1 Gbit/s link: 4 MiB (hierarchical), 6 MiB (ring)
+        floor = {"hierarchical": (4 << 20) - TBF_BUCKET, "ring": (6 << 20) - TBF_BUCKET}
+        for *_, algo, _, ms in lines:
+            assert float(ms) * 1e-3 >= 0.9 * floor[algo] / 125e6, (algo, ms)
     finally:
-        down = _cli("cluster", "down")
+        down = _cli("cluster down")
     assert "removed commflow-h0, commflow-h1, commflow-sw" in down.stdout
-    assert not [n for n in _ip("netns", "list").split() if n.startswith("commflow-")]
+    assert not [n for n in _out("ip", "netns", "list").split() if n.startswith("commflow-")]
     assert cluster.current() is None
-    assert "no cluster to remove" in _cli("cluster", "down").stdout
+    assert "no cluster to remove" in _cli("cluster down").stdout
 
 
 def test_cluster_spec_addresses_and_run_hosts():
@@ -155,5 +126,5 @@ def test_not_root_or_no_iproute2_is_a_clear_error(monkeypatch):
 
 
 def test_bad_bandwidth_on_the_command_line_exits_2():
-    done = _cli("cluster", "up", "--bandwidth", "fast", check=False)
+    done = _cli("cluster up --bandwidth fast", check=False)
     assert done.returncode == 2 and "cannot parse bandwidth 'fast'" in done.stderr

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-import torch.distributed  # noqa: F401  (imported once here, so that forked ranks start fast)
+import torch.distributed  # imported once here, so that forked ranks start fast
 
 import commflow.runtime as runtime
 from commflow import algorithms
@@ -43,17 +43,20 @@ COLLECTIVES = (
 
 @pytest.fixture
 def place(monkeypatch):
-    """``place(hosts, **env)``: the ranks of the next ``run_world`` sit on hosts ``hosts[r]``
-    (their ``COMMFLOW_HOST``), meet through gloo on loopback, and get ``env`` too."""
+    """``place(hosts, torch_first=False, **env)``: the ranks of the next ``run_world`` sit on
+    hosts ``hosts[r]`` (their ``COMMFLOW_HOST``), meet through gloo on loopback (after
+    creating torch's default process group when ``torch_first``), and get ``env`` too."""
     real_init = runtime.init
 
-    def configure(hosts: list[int], **env: str) -> None:
+    def configure(hosts: list[int], torch_first: bool = False, **env: str) -> None:
         port = str(free_port())
 
         def init(*, rank: int, world_size: int, job: str, timeout: float):
             os.environ.update(
                 COMMFLOW_HOST=str(hosts[rank]), MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **env
             )
+            if torch_first:  # the job's own default process group holds the TCPStore
+                torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
             return real_init(rank=rank, world_size=world_size, job=job, timeout=timeout)
 
         monkeypatch.setattr(runtime, "init", init)
@@ -270,6 +273,29 @@ def test_a_killed_rank_on_another_host_makes_every_rank_raise(place):
     for rank in (0, 1, 2):
         ok, text = results[rank]
         assert not ok and text.startswith("CommAbortedError"), text
+
+
+def _late_message(comm):
+    if comm.rank == 0:
+        comm.send(np.arange(4), 3)
+    return comm.recv(np.zeros(4, np.int64), 0).tolist() if comm.rank == 3 else None
+
+
+def test_local_peers_that_finished_and_exited_do_not_abort_a_wait_on_another_host(place):
+    place([0, 0, 1, 1], COMMFLOW_DELAY_US="300000")  # ranks 1 and 2 are gone long before
+    assert run_world(_late_message, 4, timeout=60) == [None, None, None, [0, 1, 2, 3]]
+
+
+def _beside_torch(comm):
+    mine = comm.allreduce(np.full(3, comm.rank, np.int64), algo="hierarchical")
+    theirs = torch.ones(2) * comm.rank
+    torch.distributed.all_reduce(theirs)
+    return mine.tolist(), theirs.tolist()
+
+
+def test_joins_beside_an_initialised_torch_process_group(place):
+    place([0, 0, 1, 1], torch_first=True)
+    assert run_world(_beside_torch, 4, timeout=60) == [([6, 6, 6], [6.0, 6.0])] * 4
 
 
 def _transport_of(comm):

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -53,6 +53,8 @@ WINDOW = 8
 ENGINES = ("gloo", "mpi")
 """Engines :func:`open_wire` can open."""
 
+T = TypeVar("T")
+
 _SHARED_CODE = 0xFFFF
 _POLL_SLICE = 50e-6
 _SLEEP_SLICE = 2e-3
@@ -78,10 +80,12 @@ class Wire(Protocol):
     """Called (from the engine's threads) after a request completes, when not ``polled``."""
 
     def isend(self, data: np.ndarray, peer: int, tag: int) -> Request:
-        """Start sending the bytes of ``data`` (uint8, kept alive by the caller) to ``peer``."""
+        """Start sending the bytes of ``data`` (uint8, kept alive by the caller) to ``peer``;
+        ``CommAbortedError`` when the engine cannot (e.g. the peer is gone)."""
 
     def irecv(self, data: np.ndarray, peer: int, tag: int) -> Request:
-        """Start receiving a message of at most ``len(data)`` bytes from ``peer``."""
+        """Start receiving a message of at most ``len(data)`` bytes from ``peer``;
+        ``CommAbortedError`` when the engine cannot."""
 
     def allgather(self, data: bytes) -> list[bytes]:
         """Every rank's ``data`` (all of one length), by rank; blocking."""
@@ -240,11 +244,11 @@ class EngineEndpoint:
         """``"rank 1 <- rank 0 (engine)"`` for messages."""
         return f"rank {dst} <- rank {src} (engine)"
 
-    def check(self, request: Request, peer: int, sending: bool) -> bool:
-        """Whether ``request`` is done; an engine failure becomes ``CommAbortedError`` naming
-        the operation and the peer."""
+    def guarded(self, peer: int, sending: bool, action: Callable[[], T]) -> T:
+        """``action()`` (posting or testing a request with ``peer``), an engine failure
+        turned into ``CommAbortedError`` naming the operation and the peer."""
         try:
-            return request.done()
+            return action()
         except CommAbortedError as err:
             verb = "sending to" if sending else "receiving from"
             raise self.t.fail(
@@ -288,7 +292,8 @@ class _EngineSend:
             for view in _byte_spans(self.parts, offset, n):
                 buf[pos : pos + len(view)] = view
                 pos += len(view)
-            self.inflight.append((e.t.wire.isend(buf, self.peer, tag), buf))
+            request = e.guarded(self.peer, True, lambda b=buf: e.t.wire.isend(b, self.peer, tag))
+            self.inflight.append((request, buf))
         self.parts = []
 
     def detach(self) -> None:
@@ -301,7 +306,7 @@ class _EngineSend:
         self.e.t.pump()
         if self.inflight is None:
             return False
-        while self.inflight and self.e.check(self.inflight[0][0], self.peer, True):
+        while self.inflight and self.e.guarded(self.peer, True, self.inflight[0][0].done):
             self.inflight.popleft()
         return not self.inflight
 
@@ -322,7 +327,10 @@ class _EngineRecv:
         while self.pending and len(self.posted) < WINDOW:
             offset, n = self.pending.popleft()
             buf = t.buffer()
-            self.posted.append((t.wire.irecv(buf, self.peer, self.tag), buf, offset, n))
+            request = self.e.guarded(
+                self.peer, False, lambda b=buf: t.wire.irecv(b, self.peer, self.tag)
+            )
+            self.posted.append((request, buf, offset, n))
 
     def detach(self) -> None:
         """Receives own no source data."""
@@ -330,7 +338,7 @@ class _EngineRecv:
     def poll(self) -> bool:
         e = self.e
         e.t.pump()
-        while self.posted and e.check(self.posted[0][0], self.peer, False):
+        while self.posted and e.guarded(self.peer, False, self.posted[0][0].done):
             _, buf, offset, n = self.posted.popleft()
             self.validate(buf[:HEADER_BYTES].view(HEADER)[0], offset, n)
             if n:

@@ -54,7 +54,7 @@ class _Lane:
             request = self.requests.get()
             try:
                 request.work.wait(_LONG)
-            except RuntimeError as err:
+            except Exception as err:  # a failed request; the lane serves the next one
                 request.error = str(err).splitlines()[0]
             request.finished = True
             self.notify()
@@ -132,19 +132,24 @@ class GlooWire:
         lane.requests.put(request)
         return request
 
-    def isend(self, data: np.ndarray, peer: int, tag: int) -> GlooRequest:
-        """Start sending ``data``'s bytes to ``peer``."""
+    def _post(self, data: np.ndarray, peer: int, tag: int, sending: bool) -> GlooRequest:
         import torch
 
         tensor = torch.from_numpy(data)
-        return self._watch(self.group.send([tensor], peer, tag), tensor, peer, True, tag)
+        try:
+            post = self.group.send if sending else self.group.recv
+            work = post([tensor], peer, tag)
+        except RuntimeError as err:  # the pair to peer has failed already
+            raise CommAbortedError(f"gloo: {str(err).splitlines()[0]}") from None
+        return self._watch(work, tensor, peer, sending, tag)
+
+    def isend(self, data: np.ndarray, peer: int, tag: int) -> GlooRequest:
+        """Start sending ``data``'s bytes to ``peer``."""
+        return self._post(data, peer, tag, True)
 
     def irecv(self, data: np.ndarray, peer: int, tag: int) -> GlooRequest:
         """Start receiving at most ``len(data)`` bytes from ``peer`` into ``data``."""
-        import torch
-
-        tensor = torch.from_numpy(data)
-        return self._watch(self.group.recv([tensor], peer, tag), tensor, peer, False, tag)
+        return self._post(data, peer, tag, False)
 
     def allgather(self, data: bytes) -> list[bytes]:
         """Every rank's ``data``, through the store."""

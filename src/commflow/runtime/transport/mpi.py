@@ -59,15 +59,20 @@ class MpiWire:
             )
         return cls(comm, MPI)
 
+    def _post(self, start, data: np.ndarray, peer: int, tag: int) -> MpiRequest:
+        try:
+            request = start([data, self.mpi.BYTE], peer, tag)
+        except self.mpi.Exception as err:
+            raise CommAbortedError(f"MPI: {err}") from err
+        return MpiRequest(request, self.mpi.Exception)
+
     def isend(self, data: np.ndarray, peer: int, tag: int) -> MpiRequest:
         """Start sending ``data``'s bytes to ``peer``."""
-        request = self.comm.Isend([data, self.mpi.BYTE], dest=peer, tag=tag)
-        return MpiRequest(request, self.mpi.Exception)
+        return self._post(self.comm.Isend, data, peer, tag)
 
     def irecv(self, data: np.ndarray, peer: int, tag: int) -> MpiRequest:
         """Start receiving at most ``len(data)`` bytes from ``peer`` into ``data``."""
-        request = self.comm.Irecv([data, self.mpi.BYTE], source=peer, tag=tag)
-        return MpiRequest(request, self.mpi.Exception)
+        return self._post(self.comm.Irecv, data, peer, tag)
 
     def allgather(self, data: bytes) -> list[bytes]:
         """Every rank's ``data`` (one length on every rank)."""

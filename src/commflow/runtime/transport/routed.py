@@ -110,8 +110,10 @@ class RoutedEndpoint:
 
     def idle(self, rounds: int, deadline: float) -> None:
         """Wait as shared memory does (its doorbell also rings for engine completions), but
-        no longer than the engine allows (a held message falling due, or MPI polling)."""
-        if self.local is None:
+        no longer than the engine allows (a held message falling due, or MPI polling); an
+        operation with no shared-memory traffic waits as the engine does, so local peers that
+        have exited do not concern it."""
+        if self.local is None or self.local.busy is None:
             self.remote.idle(rounds, deadline)
             return
         cap = time.monotonic() + self.engine.wait_slice()

@@ -23,7 +23,7 @@ import numpy as np
 from commflow.errors import SimulationError, TopologyError
 from commflow.ir import Op, ParticipantKind, Program
 from commflow.topology.graph import NodeKind, Topology
-from commflow.topology.routing import routes
+from commflow.topology.routing import prefetch_routes, routes
 
 _BLOCK_CELLS = 1 << 22
 """Cells of the dense (sender, receiver) table used per block when numbering connections."""
@@ -159,6 +159,7 @@ class Connections:
         self.receivers = keys % nparts
         self.nodes = np.stack((nodes[self.senders], nodes[self.receivers]), axis=1)
         self.bandwidth = np.array([lk.bandwidth for lk in topology.links], dtype=np.float64)
+        prefetch_routes(topology, np.unique(self.nodes[:, 1]).tolist())
         cache: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
         lengths = np.zeros(len(keys) + 1, dtype=np.int64)
         links: list[int] = []

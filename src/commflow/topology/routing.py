@@ -73,6 +73,20 @@ class _Router:
             cache[dst] = dist
         return dist
 
+    def prefetch(self, destinations: list[int]) -> None:
+        """Switch-only distances to many destinations in one batched search."""
+        todo = [d for d in dict.fromkeys(destinations) if d not in self.switched]
+        preds = sorted({p for d in todo for p in self.into[d]})
+        if not todo or not preds:
+            return
+        row = {p: i for i, p in enumerate(preds)}
+        table = dijkstra(self.reverse_switched, indices=preds, unweighted=True)
+        for d in todo:
+            rows = [row[p] for p in self.into[d]]
+            dist = table[rows].min(axis=0) + 1 if rows else np.full(self.topology.nnodes, np.inf)
+            dist[d] = 0
+            self.switched[d] = np.where(np.isinf(dist), -1, dist).astype(np.int64).tolist()
+
     def routes(self, src: int, dst: int) -> tuple[Path, ...]:
         if src == dst:
             return ((),)
@@ -145,6 +159,14 @@ def routes(topology: Topology, src: int, dst: int) -> tuple[Path, ...]:
     _check_node(topology, src, "source")
     _check_node(topology, dst, "destination")
     return _router(topology).routes(int(src), int(dst))
+
+
+def prefetch_routes(topology: Topology, destinations) -> None:
+    """Prepare :func:`routes` to many ``destinations`` (node ids) with one batched search
+    instead of one per destination; purely an optimisation."""
+    for d in destinations:
+        _check_node(topology, int(d), "destination")
+    _router(topology).prefetch([int(d) for d in destinations])
 
 
 def rank_hops(topology: Topology) -> np.ndarray:

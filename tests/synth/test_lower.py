@@ -48,3 +48,8 @@ def test_unknown_objective_and_uncovered_collective_raise():
         synthesize("allgather", topology.dgx1(), objective="fastest")
     with pytest.raises(AlgorithmError, match="alltoall"):
         synthesize("alltoall", topology.dgx1())
+
+
+def test_latency_objective_is_refused_rather_than_ignored():
+    with pytest.raises(AlgorithmError, match="not implemented"):
+        synthesize("allgather", topology.dgx1(), objective="latency")

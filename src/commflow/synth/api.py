@@ -36,13 +36,19 @@ def synthesize(
     ``bandwidth``: spanning-tree packing (allgather, reducescatter, allreduce as RS + AG,
     broadcast, reduce; :mod:`commflow.synth.trees`) lowered with ``chunks`` chunks per root
     (default :data:`DEFAULT_CHUNKS`). ``root`` is used by broadcast and reduce. ``size``,
-    ``max_steps`` and ``time_limit`` are accepted for the latency objectives. Raises
-    ``AlgorithmError`` for an unknown objective or a collective the method does not cover,
-    and ``TopologyError`` when the ranks are not connected.
+    ``max_steps`` and ``time_limit`` are reserved for the latency objectives, which are not
+    implemented yet. Raises ``AlgorithmError`` for an objective other than ``bandwidth`` or
+    a collective the method does not cover (alltoall, gather, scatter), and
+    ``TopologyError`` when the ranks are not connected.
     """
     kind = parse_collective(collective)
     if objective not in OBJECTIVES:
         raise AlgorithmError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
+    if objective != "bandwidth":
+        raise AlgorithmError(
+            f"objective {objective!r} (step schedules) is not implemented yet; "
+            "use objective='bandwidth'"
+        )
     del size, max_steps, time_limit
     root = check_root(kind, topology.nranks, root)
     return _tree_program(kind, topology, root, chunks or DEFAULT_CHUNKS)

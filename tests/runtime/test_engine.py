@@ -298,6 +298,13 @@ def test_joins_beside_an_initialised_torch_process_group(place):
     assert run_world(_beside_torch, 4, timeout=60) == [([6, 6, 6], [6.0, 6.0])] * 4
 
 
+def test_gloo_socket_ifname_names_the_interface_gloo_uses(place):
+    place([0, 1], GLOO_SOCKET_IFNAME="nosuch0")
+    for ok, text in run_world(_transport_of, 2, timeout=30, expect_failure=True):
+        assert not ok and text.startswith("CommflowError: rank"), text
+        assert "gloo rendezvous at 127.0.0.1:" in text and "nosuch0" in text, text
+
+
 def _transport_of(comm):
     return type(comm.transport).__name__, comm.local_size
 

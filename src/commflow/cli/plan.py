@@ -1,0 +1,104 @@
+"""``commflow plan``: evaluate one parallel training plan or search for the best ones."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+
+from commflow.cli._output import echo_json, out
+from commflow.plan import Evaluation, Plan, evaluate, get_model, parse_plan, resolve_cluster, search
+from commflow.plan.timeline import draw_timeline
+
+BREAKDOWN_PARTS = ("compute", "tp", "pp_bubble", "dp", "optimizer")
+"""Breakdown parts shown as table columns (all parts are in ``--json``)."""
+
+
+HEADER = ("step(s)", "tokens/s", "TFLOPs_hw", "TFLOPs_mod", "MFU%", "GiB", "fits", *BREAKDOWN_PARTS)
+
+
+def _short(p: Plan) -> str:
+    """The plan in a table cell: sizes, then what differs from the defaults."""
+    text = f"tp{p.tp} pp{p.pp} dp{p.dp} mb{p.mb}"
+    extras = [
+        f"cp{p.cp}" if p.cp > 1 else "",
+        f"ep{p.ep}" if p.ep > 1 else "",
+        f"vp{p.vp}" if p.vp > 1 else "",
+        "sp" if p.sp else "",
+        f"z{p.zero}" if p.zero else "",
+        p.recompute if p.recompute != "none" else "",
+        p.schedule if p.schedule not in ("1f1b", "interleaved") else "",
+    ]
+    return " ".join([text, *filter(None, extras)])
+
+
+def _row(e: Evaluation) -> str:
+    b = e.breakdown
+    cells = [
+        f"{e.step_time:.3f}",
+        f"{e.tokens_per_s:.0f}",
+        f"{e.tflops_per_gpu_hw:.1f}",
+        f"{e.tflops_per_gpu_model:.1f}",
+        f"{100 * e.mfu:.1f}",
+        f"{e.memory.to_dict()['total']:.1f}",
+        "yes" if e.fits else "NO",
+        *(f"{b[p]:.3f}" for p in BREAKDOWN_PARTS),
+    ]
+    return f"{_short(e.plan):<38}" + "".join(f"{c:>11}" for c in cells)
+
+
+def plan(
+    model: str = typer.Option(..., "--model", help="Model preset or Hugging Face config.json."),
+    cluster: str = typer.Option(
+        "dgx-a100", "--cluster", help="Topology preset (dgx-a100, dgx-h100, dgx-a100x16) or file."
+    ),
+    accelerator: str = typer.Option("a100-80gb", "--accelerator", help="Accelerator preset."),
+    gpus: int = typer.Option(None, "--gpus", help="GPUs (sets the box count of the cluster)."),
+    global_batch: int = typer.Option(..., "--global-batch", help="Sequences per step."),
+    seq: int = typer.Option(None, "--seq", help="Sequence length (default: the model's)."),
+    precision: str = typer.Option("bf16", "--precision", help="bf16, fp16 or fp8."),
+    top: int = typer.Option(10, "--top", help="Plans to list when searching."),
+    plan_text: str = typer.Option(
+        None, "--plan", help='Evaluate one plan: "tp=8,pp=16,dp=24,mb=1,vp=2,sp=1,zero=1,..."'
+    ),
+    timeline: str = typer.Option(None, "--timeline", help="With --plan: write a PNG timeline."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
+) -> None:
+    """Predict step time, throughput, TFLOP/s, MFU and memory of parallel transformer training,
+    for one plan (--plan) or the best plans of a search.
+
+    Columns: plan, step time (s), tokens/s, hardware and model TFLOP/s per GPU, MFU (%),
+    memory per GPU (GiB), fits, then seconds of compute, exposed TP, pipeline bubble, exposed
+    DP and optimizer (--json has every field and every part). [bold]Examples[/bold]
+
+      commflow plan --model megatron-1t --cluster dgx-a100 --gpus 3072 --global-batch 3072
+      commflow plan --model gpt3-175b --gpus 1024 --global-batch 1536
+        --plan "tp=8,pp=16,dp=8,mb=1,vp=3,recompute=full" --timeline step.png
+    """
+    spec = get_model(model, seq=seq)
+    if plan_text is not None:
+        chosen = parse_plan(plan_text, global_batch=global_batch, precision=precision)
+        pipeline = "exact" if timeline else "simulate"
+        topology = resolve_cluster(cluster, gpus or chosen.gpus)
+        results = [evaluate(spec, topology, chosen, accelerator=accelerator, pipeline=pipeline)]
+        if timeline:
+            draw_timeline(results[0], timeline)
+    else:
+        results = search(
+            spec,
+            cluster,
+            gpus=gpus,
+            global_batch=global_batch,
+            accelerator=accelerator,
+            precision=precision,
+            top=top,
+        )
+    if as_json:
+        echo_json([e.to_dict() for e in results])
+        return
+    out.print(
+        f"# {escape(spec.name)} on {escape(cluster)} x {escape(accelerator)}, "
+        f"global batch {global_batch}, seq {spec.seq}"
+    )
+    out.print(f"{'plan':<38}" + "".join(f"{h:>11}" for h in HEADER), markup=False)
+    for e in results:
+        out.print(_row(e), markup=False)

@@ -1,0 +1,49 @@
+"""Parallel training planner: predict step time, throughput, TFLOP/s, MFU and memory of a
+transformer trained with TP/PP/DP/CP/EP, ZeRO, recompute and a pipeline schedule on a
+modelled cluster, and search for the best plan.
+
+Communication is simulated with commflow's collective algorithms on the cluster's topology
+(:mod:`commflow.plan.comm`); compute follows a roofline with one calibrated efficiency curve
+(:mod:`commflow.plan.compute`); the pipeline is an event-driven schedule simulation
+(:mod:`commflow.plan.pipeline`). See docs/planner.md.
+
+>>> from commflow.plan import Plan, evaluate
+>>> plan = Plan(tp=8, pp=1, dp=2, mb=1, global_batch=16, sp=True, recompute="selective")
+>>> result = evaluate("gpt3-6.7b", "dgx-a100x2", plan)
+>>> result.fits, round(sum(result.breakdown.values()) / result.step_time, 6)
+(True, 1.0)
+"""
+
+from commflow.plan.compute import CALIBRATION, Calibration
+from commflow.plan.evaluate import Evaluation, evaluate, resolve_cluster
+from commflow.plan.hardware import ACCELERATORS, Accelerator, get_accelerator
+from commflow.plan.memory import Memory, memory_per_gpu
+from commflow.plan.models import MODELS, TransformerSpec, from_hf_config, get_model
+from commflow.plan.parallel import Plan, check_plan, parse_plan
+from commflow.plan.pipeline import OpTimes, PipelineRun, simulate_schedule
+from commflow.plan.search import SearchSpace, search
+
+__all__ = [
+    "ACCELERATORS",
+    "CALIBRATION",
+    "MODELS",
+    "Accelerator",
+    "Calibration",
+    "Evaluation",
+    "Memory",
+    "OpTimes",
+    "PipelineRun",
+    "Plan",
+    "SearchSpace",
+    "TransformerSpec",
+    "check_plan",
+    "evaluate",
+    "from_hf_config",
+    "get_accelerator",
+    "get_model",
+    "memory_per_gpu",
+    "parse_plan",
+    "resolve_cluster",
+    "search",
+    "simulate_schedule",
+]

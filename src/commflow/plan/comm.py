@@ -1,0 +1,186 @@
+"""Collective times of a plan's groups, simulated with commflow's own algorithms.
+
+Simulating every collective on thousands of ranks per plan would make a search slow, so each
+group is reduced to its *shape*: ``k`` ranks in each of ``b`` boxes, on a small topology with
+the cluster's real link bandwidths and latencies (one NVSwitch port per GPU inside a box, one
+NIC per GPU to a non-blocking network switch across boxes). For each (collective, shape) each
+applicable algorithm of :data:`CANDIDATES` is simulated (:func:`commflow.sim.simulate`,
+alpha-beta model) at two sizes and the fastest is kept as a line ``time = a + size / bw``
+(the alpha-beta simulation is affine in size, so the fit reproduces it to rounding; tests
+check a third size). Groups over :data:`SIM_MAX_RANKS` ranks are simulated with fewer boxes
+and extrapolated with the ring cost ``(n-1)·α + (n-1)/n·size·β``. Results are cached per
+(collective, shape, cluster).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from commflow.algorithms import build_for
+from commflow.errors import AlgorithmError, CommflowError
+from commflow.sim import simulate
+from commflow.topology import Link, Node, NodeKind, Topology, duplex, make_topology
+
+SIM_MAX_RANKS = 32
+"""Largest group simulated directly; larger groups are extrapolated (see module doc)."""
+
+CANDIDATES = {
+    "allreduce": ("ring", "hierarchical", "double_binary_tree", "halving_doubling"),
+    "allgather": ("ring", "recursive_doubling", "bruck"),
+    "reducescatter": ("ring", "halving_doubling"),
+    "alltoall": ("pairwise", "bruck", "direct"),
+}
+"""Algorithms tried per collective (those that suit megabyte-to-gigabyte messages)."""
+
+FIT_SIZES = (16 * 2**20, 256 * 2**20)
+"""Sizes (bytes) of the two simulations a collective's line is fitted through."""
+
+
+@dataclass(frozen=True)
+class ClusterLinks:
+    """What the planner needs of a cluster topology: box size and per-GPU links."""
+
+    gpus: int
+    """Ranks of the cluster."""
+    gpus_per_box: int
+    """Ranks per box."""
+    intra_bandwidth: float
+    """Bytes/s one GPU can send inside its box (sum of its intra-box links)."""
+    network_bandwidth: float
+    """Bytes/s one GPU can send out of its box (its NIC; 0 for a single box)."""
+    intra_latency: float
+    """Latency of an intra-box link, seconds."""
+    network_latency: float
+    """Latency of a network hop, seconds."""
+
+
+def cluster_links(topology: Topology) -> ClusterLinks:
+    """Summarize ``topology`` (box size, per-GPU intra-box and network bandwidth of box 0).
+
+    Raises ``CommflowError`` when the boxes differ in size."""
+    boxes = topology.nboxes
+    if topology.nranks % boxes:
+        raise CommflowError(f"topology {topology.name}: boxes of unequal size are not supported")
+    per_box = topology.nranks // boxes
+    kinds = {n.id: n for n in topology.nodes}
+    intra, net, intra_lat, net_lat = 0.0, 0.0, 0.0, 0.0
+    for rank in range(per_box):
+        for link in topology.out_links(rank):
+            dst = kinds[link.dst]
+            if dst.kind is NodeKind.NIC or dst.box != kinds[rank].box:
+                net += link.bandwidth
+                hops = topology.out_links(dst.id) if dst.kind is NodeKind.NIC else [link]
+                net_lat = max(net_lat, *(hop.latency for hop in hops))
+            else:
+                intra += link.bandwidth
+                intra_lat = max(intra_lat, link.latency)
+    return ClusterLinks(
+        topology.nranks, per_box, intra / per_box, net / per_box, intra_lat, net_lat or intra_lat
+    )
+
+
+def group_shape(size: int, stride: int, gpus_per_box: int) -> tuple[int, int]:
+    """``(ranks per box, boxes)`` of a group of ``size`` ranks spaced ``stride`` apart when
+    ranks are numbered box by box."""
+    if size * stride <= gpus_per_box:
+        return size, 1
+    if stride >= gpus_per_box:
+        return 1, size
+    per_box = gpus_per_box // stride
+    return per_box, math.ceil(size / per_box)
+
+
+def shape_topology(per_box: int, boxes: int, links: ClusterLinks) -> Topology:
+    """``boxes`` boxes of ``per_box`` ranks: an NVSwitch port per rank inside a box (when
+    ``per_box > 1``) and one NIC link per rank to a network switch (when ``boxes > 1``)."""
+    nodes = [
+        Node(r, NodeKind.RANK, f"box{r // per_box}.gpu{r % per_box}", r // per_box)
+        for r in range(per_box * boxes)
+    ]
+    edges: list[Link] = []
+    if per_box > 1:
+        for box in range(boxes):
+            sw = len(nodes)
+            nodes.append(Node(sw, NodeKind.SWITCH, f"box{box}.nvswitch", box))
+            for local in range(per_box):
+                edges += duplex(
+                    box * per_box + local, sw, links.intra_bandwidth, links.intra_latency
+                )
+    if boxes > 1:
+        if links.network_bandwidth <= 0:
+            raise CommflowError("a group spans boxes but the cluster has no network links")
+        net = len(nodes)
+        nodes.append(Node(net, NodeKind.SWITCH, "network", None))
+        for rank in range(per_box * boxes):
+            edges += duplex(rank, net, links.network_bandwidth, links.network_latency)
+    return make_topology(f"group{per_box}x{boxes}", nodes, edges)
+
+
+@dataclass(frozen=True)
+class CollectiveLine:
+    """A collective's time as ``latency + size / bandwidth`` for one group shape."""
+
+    algorithm: str
+    """The fastest algorithm found."""
+    latency: float
+    """Seconds at size 0."""
+    bandwidth: float
+    """Bytes/s of the size term."""
+
+    def time(self, size: float) -> float:
+        """Seconds for ``size`` bytes (nccl-tests meaning); 0 for an empty collective."""
+        return 0.0 if size <= 0 else self.latency + size / self.bandwidth
+
+
+@lru_cache(maxsize=4096)
+def collective_line(
+    collective: str, per_box: int, boxes: int, links: ClusterLinks
+) -> CollectiveLine:
+    """Fit the fastest applicable algorithm's simulated time for a group shape (cached)."""
+    n = per_box * boxes
+    sim_boxes = boxes
+    while per_box * sim_boxes > SIM_MAX_RANKS and sim_boxes > 2:
+        sim_boxes //= 2
+    topo = shape_topology(per_box, sim_boxes, links)
+    best: tuple[float, str, float, float] | None = None
+    for name in CANDIDATES[collective]:
+        try:
+            program = build_for(collective, name, topo)
+        except AlgorithmError:
+            continue
+        t1, t2 = (simulate(program, topo, size).time for size in FIT_SIZES)
+        slope = (t2 - t1) / (FIT_SIZES[1] - FIT_SIZES[0])
+        if slope <= 0:
+            continue
+        if best is None or t2 < best[0]:
+            best = (t2, name, t1 - slope * FIT_SIZES[0], slope)
+    if best is None:
+        raise CommflowError(f"no {collective} algorithm applies to {n} ranks")
+    _, name, alpha, beta = best
+    m = per_box * sim_boxes
+    if m != n:
+        alpha *= (n - 1) / (m - 1)
+        beta *= (n - 1) / n * m / (m - 1)
+    return CollectiveLine(name, max(alpha, 0.0), 1.0 / beta)
+
+
+def collective_time(
+    collective: str, size: float, group: int, stride: int, links: ClusterLinks
+) -> float:
+    """Seconds of one ``collective`` of ``size`` bytes over a group of ``group`` ranks spaced
+    ``stride`` apart (0 for a group of one)."""
+    if group <= 1 or size <= 0:
+        return 0.0
+    per_box, boxes = group_shape(group, stride, links.gpus_per_box)
+    return collective_line(collective, per_box, boxes, links).time(size)
+
+
+def p2p_time(size: float, stride: int, links: ClusterLinks) -> float:
+    """Seconds to send ``size`` bytes to the rank ``stride`` further (pipeline neighbour)."""
+    if size <= 0:
+        return 0.0
+    if stride < links.gpus_per_box:
+        return 2 * links.intra_latency + size / links.intra_bandwidth
+    return 2 * links.network_latency + size / links.network_bandwidth

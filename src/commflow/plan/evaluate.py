@@ -1,0 +1,246 @@
+"""Evaluate one plan: step time, throughput, TFLOP/s, MFU, memory and where the time goes.
+
+A step is the pipeline schedule (:mod:`commflow.plan.pipeline`) over per-micro-batch op times
+built from compute (:mod:`commflow.plan.compute`) plus the exposed TP/SP, CP, EP and ZeRO-3
+collectives (:mod:`commflow.plan.comm`, simulated), then each stage's data-parallel gradient
+reduction (overlapped with its last backward pass when ``plan.overlap``), the optimizer step
+(memory-bound) and a fixed overhead. Ranks are ordered TP fastest, then CP, DP, PP
+(Megatron-LM's order), so TP stays in a box and DP/PP groups span boxes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commflow.errors import CommflowError
+from commflow.plan.comm import ClusterLinks, cluster_links, collective_time, p2p_time
+from commflow.plan.compute import CALIBRATION, Calibration, layer_times, logits_time, model_flops
+from commflow.plan.hardware import PRECISION_BYTES, Accelerator, get_accelerator
+from commflow.plan.memory import Memory, memory_per_gpu, stage_params
+from commflow.plan.models import TransformerSpec, get_model
+from commflow.plan.parallel import Plan, check_plan
+from commflow.plan.pipeline import OpTimes, PipelineRun, formula_makespan, schedule_makespan
+from commflow.topology import Topology, load
+
+OPTIMIZER_BYTES = 34
+"""HBM bytes the Adam step reads and writes per (sharded) parameter (modelling choice)."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Predicted performance of one plan."""
+
+    plan: Plan
+    step_time: float
+    """Seconds per training step."""
+    tokens_per_s: float
+    """Tokens trained per second, whole cluster."""
+    tflops_per_gpu_hw: float
+    """Hardware TFLOP/s per GPU (recompute counted)."""
+    tflops_per_gpu_model: float
+    """Model TFLOP/s per GPU (no recompute)."""
+    mfu: float
+    """Model FLOPs utilization: model FLOP/s over peak."""
+    memory: Memory
+    """Peak bytes per GPU."""
+    fits: bool
+    """Whether ``memory`` fits in the accelerator's HBM."""
+    breakdown: dict[str, float]
+    """Seconds per part on the critical stage; the parts sum to ``step_time``."""
+    pipeline: PipelineRun
+    """The simulated schedule (timeline)."""
+
+    def to_dict(self) -> dict:
+        """The ``--json`` record."""
+        return {
+            "plan": self.plan.describe(),
+            "step_time_s": self.step_time,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu_hw": self.tflops_per_gpu_hw,
+            "tflops_per_gpu_model": self.tflops_per_gpu_model,
+            "mfu": self.mfu,
+            "memory_per_gpu_gib": self.memory.to_dict()["total"],
+            "fits": self.fits,
+            "breakdown": dict(self.breakdown),
+        }
+
+
+def resolve_cluster(cluster: Topology | str, gpus: int | None = None) -> Topology:
+    """A topology from a preset or file name; ``gpus`` picks the box count of a multi-box
+    preset written without one (``dgx-a100`` with 64 GPUs is ``dgx-a100x8``)."""
+    if isinstance(cluster, Topology):
+        topology = cluster
+    else:
+        topology = load(cluster)
+        if gpus is not None and topology.nranks != gpus and gpus % topology.nranks == 0:
+            topology = load(f"{cluster}x{gpus // topology.nranks}")
+    if gpus is not None and topology.nranks != gpus:
+        raise CommflowError(
+            f"cluster {topology.name} has {topology.nranks} GPUs, not {gpus}; name a preset "
+            "without a box count (dgx-a100) or one with the right count"
+        )
+    return topology
+
+
+def _hw_flops(model: TransformerSpec, plan: Plan) -> float:
+    if plan.recompute == "full":
+        return model_flops(model, plan.global_batch, recompute=True)
+    base = model_flops(model, plan.global_batch, recompute=False)
+    if plan.recompute == "selective":
+        base += plan.global_batch * model.layers * 4 * model.seq**2 * model.hidden
+    return base
+
+
+@dataclass(frozen=True)
+class _PerMicrobatch:
+    """Seconds per micro-batch on one stage, per model chunk (all chunks alike)."""
+
+    forward: float
+    backward: float
+    weight: float
+    parts: dict[str, float]  # compute/tp/cp/ep/zero3 seconds per micro-batch, all chunks
+
+
+def _per_microbatch(
+    model: TransformerSpec, plan: Plan, gpu: Accelerator, links: ClusterLinks, cal: Calibration
+) -> _PerMicrobatch:
+    lt = layer_times(model, plan, gpu, cal)
+    width = PRECISION_BYTES[plan.precision]
+    act = plan.mb * model.seq / plan.cp * model.hidden * width
+    if plan.sp:
+        tp = 2 * (
+            collective_time("allgather", act, plan.tp, 1, links)
+            + collective_time("reducescatter", act, plan.tp, 1, links)
+        )
+    else:
+        tp = 2 * collective_time("allreduce", act, plan.tp, 1, links)
+    kv = 2 * plan.mb * model.seq * model.kv_count * (model.hidden // model.heads) * width
+    cp = collective_time("allgather", kv / plan.tp, plan.cp, plan.tp, links)
+    ep = 0.0
+    if model.experts > 1:
+        ep = 2 * collective_time(
+            "alltoall", act * model.top_k / plan.tp, plan.ep, plan.tp * plan.cp, links
+        )
+    layers = model.layers / (plan.pp * plan.vp)
+    recompute_comm = tp + cp + ep if plan.recompute == "full" else 0.0
+    fwd_comm = tp + cp + ep
+    bwd_comm = tp + cp + ep + recompute_comm
+    gather = 0.0
+    if plan.zero == 3:
+        chunk_bytes = layers * model.layer_params / plan.tp * width
+        gather = collective_time(
+            "allgather", chunk_bytes * plan.dp, plan.dp, plan.tp * plan.cp, links
+        )
+    fwd_compute = layers * lt.forward
+    bwd_compute = layers * (lt.backward_input + lt.recompute)
+    fwd_gather = max(0.0, gather - fwd_compute) if plan.overlap else gather
+    bwd_gather = max(0.0, gather - bwd_compute) if plan.overlap else gather
+    forward = fwd_compute + layers * fwd_comm + fwd_gather
+    backward = bwd_compute + layers * bwd_comm + bwd_gather
+    weight = layers * lt.backward_weight
+    parts = {
+        "compute": plan.vp * (fwd_compute + bwd_compute + weight),
+        "tp": plan.vp * layers * 2 * tp * (1.5 if plan.recompute == "full" else 1.0),
+        "cp": plan.vp * layers * 2 * cp * (1.5 if plan.recompute == "full" else 1.0),
+        "ep": plan.vp * layers * 2 * ep * (1.5 if plan.recompute == "full" else 1.0),
+        "zero3_gather": plan.vp * (fwd_gather + bwd_gather),
+    }
+    return _PerMicrobatch(forward, backward, weight, parts)
+
+
+def evaluate(
+    model: TransformerSpec | str,
+    cluster: Topology | str,
+    plan: Plan,
+    *,
+    accelerator: Accelerator | str = "a100-80gb",
+    calibration: Calibration = CALIBRATION,
+    pipeline: str = "simulate",
+) -> Evaluation:
+    """Predict one training step of ``model`` on ``cluster`` under ``plan``.
+
+    ``pipeline`` picks how the schedule is timed: ``"simulate"`` (event-driven, steady state
+    extrapolated, :func:`~commflow.plan.pipeline.schedule_makespan`), ``"exact"`` (every
+    micro-batch simulated) or ``"formula"`` (closed-form bubble, for screening). Raises
+    ``CommflowError`` when the plan does not divide the model or cluster, or names are unknown.
+    """
+    spec = model if isinstance(model, TransformerSpec) else get_model(model)
+    gpu = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
+    links = cluster_links(resolve_cluster(cluster, plan.gpus))
+    return evaluate_on_links(spec, links, plan, gpu, calibration=calibration, pipeline=pipeline)
+
+
+def evaluate_on_links(
+    spec: TransformerSpec,
+    links: ClusterLinks,
+    plan: Plan,
+    gpu: Accelerator,
+    *,
+    calibration: Calibration = CALIBRATION,
+    pipeline: str = "simulate",
+) -> Evaluation:
+    """:func:`evaluate` on a cluster already summarized by
+    :func:`~commflow.plan.comm.cluster_links` (what :func:`~commflow.plan.search` calls for
+    each candidate)."""
+    check_plan(spec, plan, gpus=links.gpus, gpus_per_box=links.gpus_per_box)
+    mb = _per_microbatch(spec, plan, gpu, links, calibration)
+    logit = logits_time(spec, plan, gpu, calibration)
+    forward = [[mb.forward] * plan.vp for _ in range(plan.pp)]
+    backward = [[mb.backward] * plan.vp for _ in range(plan.pp)]
+    weight = [[mb.weight] * plan.vp for _ in range(plan.pp)]
+    forward[-1][-1] += logit
+    backward[-1][-1] += logit * (2 if plan.recompute == "full" else 1)
+    weight[-1][-1] += logit
+    width = PRECISION_BYTES[plan.precision]
+    act = plan.mb * spec.seq / plan.cp * spec.hidden * width / (plan.tp if plan.sp else 1)
+    p2p = p2p_time(act, plan.tp * plan.cp * plan.dp, links) if plan.pp > 1 else 0.0
+    times = OpTimes(forward, backward, weight)
+    if pipeline == "formula":
+        run = formula_makespan(plan.schedule, times, plan.microbatches, p2p)
+    elif pipeline in ("simulate", "exact"):
+        run = schedule_makespan(
+            plan.schedule, times, plan.microbatches, p2p, exact=pipeline == "exact"
+        )
+    else:
+        raise CommflowError(f"pipeline must be simulate, exact or formula, got {pipeline!r}")
+    params = stage_params(spec, plan)
+    grads = params * width
+    dp_stride = plan.tp * plan.cp
+    if plan.zero == 0:
+        dp = collective_time("allreduce", grads, plan.dp, dp_stride, links)
+    else:
+        dp = collective_time("reducescatter", grads, plan.dp, dp_stride, links)
+        if plan.zero < 3:
+            dp += collective_time("allgather", grads, plan.dp, dp_stride, links)
+    window = plan.vp * (mb.backward + mb.weight) if plan.overlap else 0.0
+    ends = [end + max(0.0, dp - window) for end in run.stage_end]
+    critical = max(range(plan.pp), key=ends.__getitem__)
+    sharded = params / (plan.dp if plan.zero else 1)
+    optimizer = sharded * OPTIMIZER_BYTES / gpu.hbm_bandwidth
+    step = ends[critical] + optimizer + calibration.step_overhead
+    m = plan.microbatches
+    breakdown = {name: m * value for name, value in mb.parts.items() if name != "compute"}
+    busy = run.stage_busy[critical]
+    breakdown = {"compute": busy - sum(breakdown.values()), **breakdown}
+    breakdown["pp_bubble"] = run.stage_end[critical] - busy
+    breakdown["dp"] = ends[critical] - run.stage_end[critical]
+    breakdown["optimizer"] = optimizer
+    breakdown["overhead"] = calibration.step_overhead
+    gpus = plan.gpus
+    flops_model = model_flops(spec, plan.global_batch, recompute=False)
+    memory = memory_per_gpu(spec, plan)
+    return Evaluation(
+        plan=plan,
+        step_time=step,
+        tokens_per_s=plan.global_batch * spec.seq / step,
+        tflops_per_gpu_hw=_hw_flops(spec, plan) / (step * gpus) / 1e12,
+        tflops_per_gpu_model=flops_model / (step * gpus) / 1e12,
+        mfu=flops_model / (step * gpus * gpu.peak(plan.precision)),
+        memory=memory,
+        fits=memory.total <= gpu.hbm_bytes,
+        breakdown=breakdown,
+        pipeline=run,
+    )
+
+
+__all__ = ["Evaluation", "evaluate", "resolve_cluster"]

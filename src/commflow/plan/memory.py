@@ -1,0 +1,84 @@
+"""Memory per GPU of a plan: weights, gradients and optimizer state per ZeRO stage,
+activations per recompute mode and schedule (Korthikanti et al. 2022), temporary buffers."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from commflow.plan.compute import activation_bytes
+from commflow.plan.hardware import GIB, PRECISION_BYTES
+from commflow.plan.models import TransformerSpec
+from commflow.plan.parallel import Plan
+
+STATE_BYTES = 16
+"""Mixed-precision Adam bytes per parameter: 2 weights + 2 gradients + 12 fp32 state."""
+
+SHARDED_BYTES = {0: 0, 1: 12, 2: 14, 3: 16}
+"""Bytes per parameter ZeRO stage 0-3 shards over the data-parallel group."""
+
+WORKSPACE_BYTES = 2 * GIB
+"""CUDA context, allocator fragmentation and library workspaces, bytes (modelling choice)."""
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per GPU of the most loaded stage (the first)."""
+
+    states: float
+    """Weights, gradients and optimizer state after ZeRO sharding."""
+    activations: float
+    """Activations of the micro-batches in flight."""
+    temporary: float
+    """Workspace, logits, and ZeRO-3 gathered layers."""
+
+    @property
+    def total(self) -> float:
+        """All bytes."""
+        return self.states + self.activations + self.temporary
+
+    def to_dict(self) -> dict[str, float]:
+        """Parts and total in GiB."""
+        return {k: v / GIB for k, v in {**asdict(self), "total": self.total}.items()}
+
+
+def stage_params(model: TransformerSpec, plan: Plan) -> float:
+    """Parameters held by one GPU of the first stage (its layers and the embedding)."""
+    layers = model.layers / plan.pp
+    dense = layers * model.layer_params + model.embedding_params
+    return dense / (plan.tp * (plan.ep if model.experts > 1 else 1))
+
+
+def in_flight(plan: Plan) -> float:
+    """Micro-batches whose activations the first stage holds at its peak, in units of one
+    micro-batch through all its layers: GPipe ``m``, 1F1B and ZB-H1 ``min(p, m)``,
+    interleaved ``p·(1 + (p-1)/(p·v))`` (Korthikanti et al.)."""
+    p, m = plan.pp, plan.microbatches
+    if plan.schedule == "gpipe":
+        return m
+    if plan.schedule == "interleaved":
+        return min(p * (1 + (p - 1) / (p * plan.vp)), m)
+    return min(p, m)
+
+
+def memory_per_gpu(model: TransformerSpec, plan: Plan) -> Memory:
+    """Peak bytes on a first-stage GPU. Activation bytes per layer follow Korthikanti et al.:
+    ``sbh/t·(34 + 5as/h)`` with SP, ``sbh·(10 + 24/t + 5as/(ht))`` without, selective
+    recompute drops the ``5as/h`` term, full recompute keeps ``2sbh`` per layer plus one
+    layer's full activations."""
+    params = stage_params(model, plan)
+    shard = SHARDED_BYTES[plan.zero]
+    states = params * ((STATE_BYTES - shard) + shard / plan.dp)
+    linear, scores = activation_bytes(model, plan)
+    scale = PRECISION_BYTES[plan.precision] / 2
+    layers = model.layers / plan.pp
+    full_layer = (linear + scores) * scale
+    if plan.recompute == "full":
+        sbh = model.seq / plan.cp * plan.mb * model.hidden
+        per_layer = 2 * sbh * scale / (plan.tp if plan.sp else 1)
+        activations = per_layer * layers * in_flight(plan) + full_layer
+    else:
+        per_layer = linear * scale if plan.recompute == "selective" else full_layer
+        activations = per_layer * layers * in_flight(plan)
+    logits = 4 * plan.mb * model.seq / plan.cp * model.vocab / plan.tp
+    gathered = 2 * model.layer_params / plan.tp if plan.zero == 3 else 0.0
+    return Memory(states, activations, WORKSPACE_BYTES + logits + gathered)

@@ -1,0 +1,218 @@
+"""Event-driven simulation of a pipeline schedule over micro-batches: GPipe, 1F1B
+(PipeDream-Flush), interleaved 1F1B (Narayanan et al. 2021) and zero-bubble ZB-H1 (Qi et al.
+2024).
+
+Each stage runs its ops in the schedule's order; an op starts when its stage is free and its
+input has arrived (the neighbour's op done plus the point-to-point time). Forward of virtual
+stage ``c·p + s`` follows forward of the virtual stage before it; backward follows the next
+virtual stage's backward. ZB-H1 splits backward into B (input gradient, on the critical path)
+and W (weight gradient): W passes wait in a queue and run when the next F or B would wait for
+its input and the W fits in the gap, before an F that would put more than ``p`` micro-batches
+in flight on the stage (ZB-H1's memory limit: 1F1B's peak), and at the end.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from commflow.errors import CommflowError
+
+
+@dataclass(frozen=True)
+class OpTimes:
+    """Seconds of one op of one micro-batch, indexed ``[stage][chunk]``."""
+
+    forward: Sequence[Sequence[float]]
+    """Forward pass of a model chunk."""
+    backward: Sequence[Sequence[float]]
+    """Backward pass (for ZB-H1: input gradient only)."""
+    weight: Sequence[Sequence[float]]
+    """Weight gradient, run as its own op only by ZB-H1 (otherwise part of ``backward``)."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One op on the timeline."""
+
+    stage: int
+    kind: str
+    """``"F"``, ``"B"`` or ``"W"``."""
+    microbatch: int
+    chunk: int
+    start: float
+    """Seconds from the step start."""
+    end: float
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """Result of :func:`simulate_schedule`."""
+
+    stage_end: tuple[float, ...]
+    """When each stage finishes its last op, seconds."""
+    stage_busy: tuple[float, ...]
+    """Seconds each stage spends running ops."""
+    intervals: tuple[Interval, ...]
+    """Every op, in execution order per stage."""
+
+    @property
+    def makespan(self) -> float:
+        """When the last stage finishes, seconds."""
+        return max(self.stage_end)
+
+
+Op = tuple[str, int, int]  # (kind, microbatch, chunk)
+
+
+def _interleaved_ids(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
+    group, within = divmod(k, p * v)
+    chunk = within // p
+    return group * p + within % p, (v - 1 - chunk) if backward else chunk
+
+
+def stage_order(schedule: str, stage: int, p: int, m: int, v: int = 1) -> list[Op]:
+    """The op order of ``stage`` (of ``p``) for ``m`` micro-batches and ``v`` chunks."""
+    if schedule == "gpipe":
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    total = m * v
+    if schedule == "interleaved":
+        warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
+    else:
+        warm = min(p - stage - 1, total)
+    fwd = [("F", *_interleaved_ids(k, p, v, False)) for k in range(total)]
+    bwd = [("B", *_interleaved_ids(k, p, v, True)) for k in range(total)]
+    order: list[Op] = fwd[:warm]
+    for i in range(total - warm):
+        order += [fwd[warm + i], bwd[i]]
+    order += bwd[total - warm :]
+    return order
+
+
+_KIND = {"F": 0, "B": 1, "W": 2}
+
+
+def simulate_schedule(schedule: str, times: OpTimes, microbatches: int, p2p: float) -> PipelineRun:
+    """Run ``schedule`` on ``len(times.forward)`` stages for ``microbatches`` micro-batches;
+    ``p2p`` is the seconds an activation or gradient takes to reach the next stage.
+
+    Raises ``CommflowError`` for an unknown schedule or one that deadlocks."""
+    p, v, m = len(times.forward), len(times.forward[0]), microbatches
+    if schedule not in ("gpipe", "1f1b", "interleaved", "zb-h1"):
+        raise CommflowError(f"unknown pipeline schedule {schedule!r}")
+    split = schedule == "zb-h1"
+    orders = [stage_order(schedule, s, p, m, v) for s in range(p)]
+    duration = (times.forward, times.backward, times.weight)
+    # finish[kind][stage][chunk * m + mb]; -1 while not run
+    finish = [[[-1.0] * (v * m) for _ in range(p)] for _ in range(3)]
+    free, busy, pos = [0.0] * p, [0.0] * p, [0] * p
+    intervals: list[Interval] = []
+    pending: list[deque[tuple[int, int]]] = [deque() for _ in range(p)]
+    inflight = [0] * p
+
+    def run(s: int, kind: str, mb: int, chunk: int, start: float, length: float) -> None:
+        free[s] = finish[_KIND[kind]][s][chunk * m + mb] = start + length
+        busy[s] += length
+        intervals.append(Interval(s, kind, mb, chunk, start, start + length))
+
+    def run_w(s: int) -> None:
+        mb, chunk = pending[s].popleft()
+        inflight[s] -= 1
+        run(s, "W", mb, chunk, free[s], times.weight[s][chunk])
+
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for s in range(p):
+            order = orders[s]
+            while pos[s] < len(order):
+                kind, mb, chunk = order[pos[s]]
+                # the op's input: neighbour stage (or the chunk before/after), or nothing
+                if kind == "F":
+                    src, dep = (s - 1, chunk) if s > 0 else (p - 1, chunk - 1)
+                    if dep < 0:
+                        src, ready = s, 0.0
+                    else:
+                        ready = finish[0][src][dep * m + mb]
+                elif s == p - 1 and chunk == v - 1:
+                    src, ready = s, finish[0][s][chunk * m + mb]
+                else:
+                    src, dep = (s + 1, chunk) if s < p - 1 else (0, chunk + 1)
+                    ready = finish[1][src][dep * m + mb]
+                if ready < 0:
+                    break
+                if src != s:
+                    ready += p2p
+                inflight[s] += kind == "F"
+                while pending[s] and (
+                    kind == "F"
+                    and inflight[s] >= p
+                    or free[s] + times.weight[s][pending[s][0][1]] <= ready
+                ):
+                    run_w(s)
+                length = duration[_KIND[kind]][s][chunk]
+                if kind == "B":
+                    if split:
+                        pending[s].append((mb, chunk))
+                    else:
+                        inflight[s] -= 1
+                        length += times.weight[s][chunk]
+                run(s, kind, mb, chunk, max(free[s], ready), length)
+                pos[s] += 1
+                remaining -= 1
+                progressed = True
+            if pos[s] == len(order):
+                while pending[s]:
+                    run_w(s)
+        if not progressed:
+            raise CommflowError(f"pipeline schedule {schedule} deadlocks with p={p}, v={v}")
+    return PipelineRun(tuple(free), tuple(busy), tuple(intervals))
+
+
+def schedule_makespan(
+    schedule: str, times: OpTimes, microbatches: int, p2p: float, *, exact: bool = False
+) -> PipelineRun:
+    """Like :func:`simulate_schedule`; unless ``exact``, a long run is extrapolated: once
+    every stage is in its steady state (``p + 2`` micro-batches, ``2p`` for interleaved) each
+    further micro-batch adds the same time to every stage, so two short runs give the line
+    (``intervals`` then holds the longer short run)."""
+    p = len(times.forward)
+    step = p if schedule == "interleaved" else 1
+    m2 = 2 * p if schedule == "interleaved" else p + 2
+    if exact or microbatches <= m2:
+        return simulate_schedule(schedule, times, microbatches, p2p)
+    run1 = simulate_schedule(schedule, times, m2 - step, p2p)
+    run2 = simulate_schedule(schedule, times, m2, p2p)
+    scale = (microbatches - m2) / step
+
+    def line(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(y + (y - x) * scale for x, y in zip(a, b, strict=True))
+
+    return PipelineRun(
+        line(run1.stage_end, run2.stage_end),
+        line(run1.stage_busy, run2.stage_busy),
+        run2.intervals,
+    )
+
+
+def formula_makespan(schedule: str, times: OpTimes, microbatches: int, p2p: float) -> PipelineRun:
+    """Closed-form estimate for screening many plans: every stage busy ``m·Σ(F+B+W)`` plus the
+    bubble ``(p-1)·(F+B+2·p2p)`` of one chunk (GPipe, 1F1B, interleaved: chunks are ``1/v``
+    of a stage), ``(p-1)·max(F+B-W, 0)`` for ZB-H1; ``F, B, W`` of the slowest stage. No
+    intervals."""
+    p = len(times.forward)
+    per_stage = [
+        sum(f + b + w for f, b, w in zip(fs, bs, ws, strict=True))
+        for fs, bs, ws in zip(times.forward, times.backward, times.weight, strict=True)
+    ]
+    f = max(max(row) for row in times.forward)
+    b = max(max(row) for row in times.backward)
+    w = max(max(row) for row in times.weight)
+    if schedule == "zb-h1":
+        bubble = (p - 1) * (max(f + b - w, 0.0) + 2 * p2p)
+    else:
+        bubble = (p - 1) * (f + b + w + 2 * p2p)
+    busy = tuple(microbatches * t for t in per_stage)
+    end = max(busy) + (bubble if p > 1 else 0.0)
+    return PipelineRun(tuple(end for _ in busy), busy, ())

@@ -1,0 +1,146 @@
+"""Search the plans of a model on a cluster: enumerate the valid ones (divisibility, memory),
+screen them with the closed-form pipeline bubble, then rank the best by the event-driven
+pipeline simulation.
+
+Screening evaluates every candidate with :func:`~commflow.plan.pipeline.formula_makespan`
+(milliseconds each); the best ``screen_factor * top`` are re-evaluated with the simulated
+schedule and the final order comes from those. Collective times are simulated once per group
+shape and cached (:mod:`commflow.plan.comm`), so the whole search costs seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from commflow.errors import CommflowError
+from commflow.plan.comm import cluster_links
+from commflow.plan.compute import CALIBRATION, Calibration
+from commflow.plan.evaluate import Evaluation, evaluate_on_links, resolve_cluster
+from commflow.plan.hardware import Accelerator, get_accelerator
+from commflow.plan.memory import memory_per_gpu
+from commflow.plan.models import TransformerSpec, get_model
+from commflow.plan.parallel import Plan, check_plan
+from commflow.topology import Topology
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """The choices :func:`search` enumerates."""
+
+    micro_batches: Sequence[int] = (1, 2, 4, 8)
+    """Micro-batch sizes."""
+    virtual_stages: Sequence[int] = (2, 3, 4)
+    """Chunks per stage tried with the interleaved schedule (besides plain 1F1B)."""
+    schedules: Sequence[str] = ("1f1b", "interleaved")
+    """Pipeline schedules (``interleaved`` uses ``virtual_stages``)."""
+    recompute: Sequence[str] = ("none", "selective", "full")
+    """Activation recompute modes."""
+    zero: Sequence[int] = (0, 1)
+    """ZeRO stages."""
+    context_parallel: Sequence[int] = (1,)
+    """Context-parallel sizes."""
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(
+    model: TransformerSpec,
+    gpus: int,
+    gpus_per_box: int,
+    global_batch: int,
+    precision: str,
+    space: SearchSpace,
+) -> Iterator[Plan]:
+    """Every plan of ``space`` that divides ``model`` and the cluster (memory not checked)."""
+    for tp in _divisors(gpus_per_box):
+        for cp in space.context_parallel:
+            for pp in _divisors(model.layers):
+                if gpus % (tp * cp * pp):
+                    continue
+                dp = gpus // (tp * cp * pp)
+                for mb in space.micro_batches:
+                    if global_batch % (dp * mb):
+                        continue
+                    shapes = [("1f1b", 1)] if "1f1b" in space.schedules else []
+                    if pp > 1:
+                        shapes += [(s, 1) for s in space.schedules if s in ("gpipe", "zb-h1")]
+                        if "interleaved" in space.schedules:
+                            shapes += [("interleaved", v) for v in space.virtual_stages]
+                    for schedule, vp in shapes:
+                        for recompute in space.recompute:
+                            for zero in space.zero:
+                                try:
+                                    plan = Plan(
+                                        tp=tp,
+                                        pp=pp,
+                                        dp=dp,
+                                        cp=cp,
+                                        sp=tp > 1,
+                                        mb=mb,
+                                        global_batch=global_batch,
+                                        vp=vp,
+                                        zero=zero,
+                                        recompute=recompute,
+                                        schedule=schedule,
+                                        precision=precision,
+                                    )
+                                    check_plan(model, plan, gpus=gpus, gpus_per_box=gpus_per_box)
+                                except CommflowError:
+                                    continue
+                                yield plan
+
+
+def search(
+    model: TransformerSpec | str,
+    cluster: Topology | str,
+    *,
+    gpus: int | None = None,
+    global_batch: int,
+    accelerator: Accelerator | str = "a100-80gb",
+    precision: str = "bf16",
+    top: int = 10,
+    space: SearchSpace = SearchSpace(),
+    screen_factor: int = 2,
+    calibration: Calibration = CALIBRATION,
+) -> list[Evaluation]:
+    """The ``top`` fastest plans that fit in memory, fastest first.
+
+    ``cluster`` is a topology or a preset name (``gpus`` sets its box count). Raises
+    ``CommflowError`` when no plan is valid and fits, naming the closest miss.
+    """
+    spec = model if isinstance(model, TransformerSpec) else get_model(model)
+    gpu = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
+    topology = resolve_cluster(cluster, gpus)
+    links = cluster_links(topology)
+    fitting: list[Plan] = []
+    smallest: float | None = None
+    for plan in candidates(
+        spec, topology.nranks, links.gpus_per_box, global_batch, precision, space
+    ):
+        need = memory_per_gpu(spec, plan).total
+        if need <= gpu.hbm_bytes:
+            fitting.append(plan)
+        elif smallest is None or need < smallest:
+            smallest = need
+    if not fitting:
+        detail = f"; the smallest needs {smallest / 2**30:.1f} GiB" if smallest else ""
+        raise CommflowError(
+            f"no valid plan of {spec.name} fits {topology.nranks} x {gpu.name} with global batch "
+            f"{global_batch}{detail}: add GPUs, raise ZeRO, or change the batch"
+        )
+    screened = sorted(
+        (
+            evaluate_on_links(spec, links, p, gpu, calibration=calibration, pipeline="formula")
+            for p in fitting
+        ),
+        key=lambda e: e.step_time,
+    )
+    finalists = [e.plan for e in screened[: max(top, 1) * screen_factor]]
+    ranked = sorted(
+        (evaluate_on_links(spec, links, p, gpu, calibration=calibration) for p in finalists),
+        key=lambda e: e.step_time,
+    )
+    return ranked[:top]

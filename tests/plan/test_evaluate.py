@@ -1,0 +1,78 @@
+"""evaluate(): consistency of outputs, effects of plan choices, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from commflow.errors import CommflowError
+from commflow.plan import MODELS, Plan, evaluate
+from commflow.plan.compute import model_flops
+
+SMALL = Plan(tp=8, pp=2, dp=2, mb=1, global_batch=32, sp=True, recompute="selective")
+
+
+def test_outputs_are_consistent():
+    result = evaluate("gpt3-6.7b", "dgx-a100x4", SMALL)
+    spec = MODELS["gpt3-6.7b"]
+    assert sum(result.breakdown.values()) == pytest.approx(result.step_time, rel=1e-12)
+    assert all(v >= -1e-12 for v in result.breakdown.values())
+    assert result.tokens_per_s == pytest.approx(32 * spec.seq / result.step_time)
+    flops = model_flops(spec, 32, recompute=False)
+    assert result.tflops_per_gpu_model == pytest.approx(flops / result.step_time / 32 / 1e12)
+    assert result.mfu == pytest.approx(result.tflops_per_gpu_model * 1e12 / 312e12)
+    assert result.tflops_per_gpu_hw > result.tflops_per_gpu_model  # selective recompute
+    record = result.to_dict()
+    assert set(record) == {"plan", "step_time_s", "tokens_per_s", "tflops_per_gpu_hw",
+                           "tflops_per_gpu_model", "mfu", "memory_per_gpu_gib", "fits",
+                           "breakdown"}  # fmt: skip
+
+
+def test_megatron_flops_formulas():
+    spec = MODELS["megatron-1t"]
+    b, s, n_layers, h, v = 3072, spec.seq, spec.layers, spec.hidden, spec.vocab
+    full = 96 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))
+    none = 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
+    assert model_flops(spec, b, recompute=True) == pytest.approx(full, rel=1e-12)
+    assert model_flops(spec, b, recompute=False) == pytest.approx(none, rel=1e-12)
+
+
+def test_plan_choices_move_time_the_right_way():
+    base = dict(tp=8, pp=2, dp=2, mb=1, global_batch=32, sp=True)
+    none = evaluate("gpt3-6.7b", "dgx-a100x4", Plan(**base, recompute="none"))
+    full = evaluate("gpt3-6.7b", "dgx-a100x4", Plan(**base, recompute="full"))
+    assert full.step_time > none.step_time and full.memory.total < none.memory.total
+    no_overlap = evaluate("gpt3-6.7b", "dgx-a100x4", Plan(**base, overlap=False))
+    overlap = evaluate("gpt3-6.7b", "dgx-a100x4", Plan(**base))
+    assert no_overlap.breakdown["dp"] > overlap.breakdown["dp"]
+    h100 = evaluate("gpt3-6.7b", "dgx-h100x4", Plan(**base), accelerator="h100-sxm")
+    assert h100.step_time < overlap.step_time
+
+
+def test_exact_and_extrapolated_pipeline_agree():
+    plan = Plan(tp=8, pp=4, dp=1, mb=1, global_batch=64, vp=2, schedule="interleaved")
+    fast = evaluate("gpt3-6.7b", "dgx-a100x4", plan)
+    exact = evaluate("gpt3-6.7b", "dgx-a100x4", plan, pipeline="exact")
+    assert fast.step_time == pytest.approx(exact.step_time, rel=1e-9)
+
+
+def test_too_big_does_not_fit():
+    result = evaluate("gpt3-175b", "dgx-a100x2", Plan(tp=8, pp=2, dp=1, global_batch=8))
+    assert not result.fits and result.memory.total > 80 * 2**30
+
+
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [(Plan(tp=8, pp=2, dp=1, global_batch=8), "has 32 GPUs, not 16"),
+     (Plan(tp=8, pp=4, dp=1, mb=2, global_batch=7), "multiple of dp"),
+     (Plan(tp=16, pp=2, dp=1, global_batch=8), "box")],
+)  # fmt: skip
+def test_invalid_plans_raise(plan, message):
+    with pytest.raises(CommflowError, match=message):
+        evaluate("gpt3-6.7b", "dgx-a100x4", plan)
+
+
+def test_unknown_names_raise():
+    with pytest.raises(CommflowError, match="accelerator"):
+        evaluate("gpt3-6.7b", "dgx-a100x2", SMALL, accelerator="tpu")
+    with pytest.raises(CommflowError, match="pipeline"):
+        evaluate("gpt3-6.7b", "dgx-a100x4", SMALL, pipeline="guess")

@@ -1,0 +1,68 @@
+"""search() and ``commflow plan``: ranking, memory filter, JSON fields equal the library's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from commflow.errors import CommflowError
+from commflow.plan import SearchSpace, evaluate, parse_plan, search
+from commflow.plan.models import MODELS
+from commflow.plan.search import candidates
+from tests.cli.conftest import commflow  # noqa: F401 (fixture)
+
+SPACE = SearchSpace(micro_batches=(1, 2), virtual_stages=(2,), recompute=("selective", "full"))
+
+
+def test_search_ranks_fitting_plans_fastest_first():
+    results = search("gpt3-6.7b", "dgx-a100", gpus=16, global_batch=32, top=4, space=SPACE)
+    assert len(results) == 4
+    times = [r.step_time for r in results]
+    assert times == sorted(times) and all(r.fits for r in results)
+    best = results[0].plan
+    assert evaluate("gpt3-6.7b", "dgx-a100x2", best).step_time == pytest.approx(times[0])
+
+
+def test_candidates_respect_divisibility():
+    plans = list(candidates(MODELS["gpt3-6.7b"], 16, 8, 32, "bf16", SPACE))
+    assert plans
+    for p in plans:
+        assert p.gpus == 16 and 8 % p.tp == 0 and 32 % (p.pp * p.vp) == 0
+        assert p.global_batch % (p.dp * p.mb) == 0
+
+
+def test_search_reports_when_nothing_fits():
+    with pytest.raises(CommflowError, match="no valid plan .* fits"):
+        search("gpt3-175b", "dgx-a100", gpus=8, global_batch=8, space=SPACE)
+
+
+def test_cli_plan_json_matches_library(commflow):  # noqa: F811
+    text = "tp=8,pp=2,dp=1,mb=1,sp=1,recompute=selective"
+    run = commflow("plan", "--model", "gpt3-6.7b", "--cluster", "dgx-a100", "--gpus", "16",
+                   "--global-batch", "16", "--plan", text, "--json")  # fmt: skip
+    assert run.code == 0, run.stderr
+    [record] = json.loads(run.stdout)
+    expected = evaluate("gpt3-6.7b", "dgx-a100x2", parse_plan(text, global_batch=16))
+    want = expected.to_dict()
+    assert record.pop("breakdown") == pytest.approx(want.pop("breakdown"))
+    assert record == pytest.approx(want)
+
+
+def test_cli_search_table_and_timeline(commflow, tmp_path):  # noqa: F811
+    run = commflow("plan", "--model", "gpt3-1.3b", "--gpus", "8", "--global-batch", "16",
+                   "--top", "3")  # fmt: skip
+    assert run.code == 0, run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert len(lines) == 5 and lines[1].split()[:3] == ["plan", "step(s)", "tokens/s"]
+    assert lines[2].startswith("tp") and lines[2].split()[-6] == "yes"
+    png = tmp_path / "step.png"
+    run = commflow("plan", "--model", "gpt3-1.3b", "--gpus", "16", "--global-batch", "16",
+                   "--plan", "tp=2,pp=4,dp=2,vp=2", "--timeline", str(png))  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_errors_exit_2(commflow):  # noqa: F811
+    run = commflow("plan", "--model", "nope", "--global-batch", "8", "--gpus", "8")
+    assert run.code == 2 and "unknown model" in run.stderr

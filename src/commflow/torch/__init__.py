@@ -1,0 +1,34 @@
+"""PyTorch integration: the ``commflow`` torch.distributed backend, DDP comm hooks, and the
+per-collective algorithm choice.
+
+Importing this package registers the backend for CPU tensors, so an existing script switches
+with one import and one word::
+
+    import commflow.torch  # registers "commflow"
+    dist.init_process_group("commflow")  # under torchrun or `commflow run`
+    model = DistributedDataParallel(model)
+
+``dist.new_group(ranks, backend="commflow")`` gives sub-groups; ``COMMFLOW_ALGO`` or
+:func:`use_algorithms` choose algorithms; :mod:`commflow.torch.hooks` routes DDP buckets through
+commflow from any backend (gloo included), optionally compressed. This is the only part of
+commflow that imports torch.
+"""
+
+import torch.distributed as dist
+
+from commflow.torch.algo import ENV_VAR, algorithm_for, parse_algorithms, use_algorithms
+from commflow.torch.backend import BACKEND, CommflowProcessGroup, create_backend
+from commflow.torch.work import CommflowWork
+
+dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cpu"])
+
+__all__ = [
+    "BACKEND",
+    "ENV_VAR",
+    "CommflowProcessGroup",
+    "CommflowWork",
+    "algorithm_for",
+    "create_backend",
+    "parse_algorithms",
+    "use_algorithms",
+]

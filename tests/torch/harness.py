@@ -1,0 +1,103 @@
+"""Run a function on N forked processes that joined a torch.distributed process group."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_module
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+
+import torch._dynamo  # noqa: F401  (DDP imports it on first use: once here, not per rank)
+
+_CTX = mp.get_context("fork")
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback address now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(
+    fn: Callable, rank: int, nranks: int, port: int, backend: str, timeout: float, queue, args
+) -> None:
+    try:
+        os.environ.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            WORLD_SIZE=str(nranks),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(nranks),
+        )
+        import torch
+        import torch.distributed as dist
+
+        import commflow.torch  # noqa: F401  (registers the backend)
+
+        torch.set_num_threads(1)
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+        result = fn(*args)
+        dist.destroy_process_group()
+        queue.put((rank, True, result))
+    except BaseException as err:  # reported to the parent, which re-raises
+        queue.put((rank, False, f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+    finally:
+        queue.close()
+        queue.join_thread()
+        os._exit(0)
+
+
+def run_group(
+    fn: Callable,
+    nranks: int,
+    *args,
+    backend: str = "commflow",
+    timeout: float = 30.0,
+    expect_failure: bool = False,
+) -> list:
+    """Run ``fn(*args)`` on ``nranks`` processes after ``dist.init_process_group(backend)``;
+    return the results by rank. ``timeout`` (s) is the process group's timeout.
+
+    Raises ``AssertionError`` with every failing rank's traceback unless ``expect_failure``,
+    in which case the per-rank ``(ok, result_or_error_text)`` pairs are returned."""
+    port = free_port()
+    queue = _CTX.Queue()
+    procs = [
+        _CTX.Process(target=_child, args=(fn, r, nranks, port, backend, timeout, queue, args))
+        for r in range(nranks)
+    ]
+    for p in procs:
+        p.start()
+    results: dict[int, tuple[bool, object]] = {}
+    give_up = time.monotonic() + timeout + 30
+    try:
+        while len(results) < nranks and time.monotonic() < give_up:
+            try:
+                rank, ok, value = queue.get(timeout=0.2)
+                results[rank] = (ok, value)
+            except queue_module.Empty:
+                for r, p in enumerate(procs):
+                    if r not in results and p.exitcode is not None:
+                        time.sleep(0.2)  # a result may still be in the pipe
+                        if r not in results:
+                            results[r] = (False, f"died with exit code {p.exitcode}")
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    if expect_failure:
+        return [results.get(r, (False, "no result")) for r in range(nranks)]
+    if expect_failure:
+        return [results.get(r, (False, "no result")) for r in range(nranks)]
+    missing = [r for r in range(nranks) if r not in results]
+    assert not missing, f"ranks {missing} neither reported nor exited in time"
+    failures = [f"rank {r}: {v}" for r, (ok, v) in sorted(results.items()) if not ok]
+    assert not failures, "\n".join(failures)
+    return [results[r][1] for r in range(nranks)]

@@ -10,7 +10,6 @@ from commflow.errors import CommflowError
 from commflow.plan import SearchSpace, evaluate, parse_plan, search
 from commflow.plan.models import MODELS
 from commflow.plan.search import candidates
-from tests.cli.conftest import commflow  # noqa: F401 (fixture)
 
 SPACE = SearchSpace(micro_batches=(1, 2), virtual_stages=(2,), recompute=("selective", "full"))
 
@@ -37,7 +36,7 @@ def test_search_reports_when_nothing_fits():
         search("gpt3-175b", "dgx-a100", gpus=8, global_batch=8, space=SPACE)
 
 
-def test_cli_plan_json_matches_library(commflow):  # noqa: F811
+def test_cli_plan_json_matches_library(commflow):
     text = "tp=8,pp=2,dp=1,mb=1,sp=1,recompute=selective"
     run = commflow("plan", "--model", "gpt3-6.7b", "--cluster", "dgx-a100", "--gpus", "16",
                    "--global-batch", "16", "--plan", text, "--json")  # fmt: skip
@@ -49,7 +48,7 @@ def test_cli_plan_json_matches_library(commflow):  # noqa: F811
     assert record == pytest.approx(want)
 
 
-def test_cli_search_table_and_timeline(commflow, tmp_path):  # noqa: F811
+def test_cli_search_table_and_timeline(commflow, tmp_path):
     run = commflow("plan", "--model", "gpt3-1.3b", "--gpus", "8", "--global-batch", "16",
                    "--top", "3")  # fmt: skip
     assert run.code == 0, run.stderr
@@ -63,6 +62,6 @@ def test_cli_search_table_and_timeline(commflow, tmp_path):  # noqa: F811
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_errors_exit_2(commflow):  # noqa: F811
+def test_cli_errors_exit_2(commflow):
     run = commflow("plan", "--model", "nope", "--global-batch", "8", "--gpus", "8")
     assert run.code == 2 and "unknown model" in run.stderr

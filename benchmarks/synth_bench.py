@@ -17,7 +17,7 @@ from commflow.sim import lower_bound, simulate
 from commflow.synth import synthesize
 
 SIZE = 2**30
-CHUNKS = 192
+PIECES = 128
 TOPOLOGIES = {
     "dgx1": lambda: topology.dgx1(),
     "dgx_a100": lambda: topology.dgx_a100(),
@@ -49,7 +49,7 @@ def main(names: list[str]) -> None:
         topo = TOPOLOGIES[name]()
         for collective in COLLECTIVES:
             start = time.perf_counter()
-            program = synthesize(collective, topo, chunks=CHUNKS)
+            program = synthesize(collective, topo, pieces=PIECES)
             elapsed = time.perf_counter() - start
             bound = lower_bound(collective, topo, SIZE).algbw / 1e9
             got = _algbw(program, topo)

@@ -27,7 +27,7 @@ def test_apportion_sums_and_stays_within_one_of_quota(weights, chunks):
 )
 def test_small_instances_verify_export_and_respect_the_bound(collective):
     topo = topology.dgx1()
-    program = synthesize(collective, topo, chunks=1, root=3)
+    program = synthesize(collective, topo, pieces=1, root=3)
     verify(program)
     assert "<algo" in to_msccl_xml(program)
     bound = lower_bound(collective, topo, SIZE, root=3)
@@ -37,7 +37,7 @@ def test_small_instances_verify_export_and_respect_the_bound(collective):
 
 def test_dgx_a100_allgather_reaches_the_bound_within_two_percent():
     topo = topology.dgx_a100()
-    program = synthesize("allgather", topo, chunks=192)
+    program = synthesize("allgather", topo, pieces=128)
     bound = lower_bound("allgather", topo, SIZE)
     result = simulate(program, topo, SIZE, model="flow")
     assert bound.time <= result.time <= bound.time / 0.98

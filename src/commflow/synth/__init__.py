@@ -6,13 +6,13 @@
 - :mod:`~commflow.synth.lower`: packings to programs.
 """
 
-from commflow.synth.api import DEFAULT_CHUNKS, OBJECTIVES, synthesize
+from commflow.synth.api import DEFAULT_PIECES, OBJECTIVES, synthesize
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import apportion, lower
 from commflow.synth.trees import TreePacking, WeightedTree, integral_shares, pack_trees
 
 __all__ = [
-    "DEFAULT_CHUNKS",
+    "DEFAULT_PIECES",
     "OBJECTIVES",
     "LogicalEdges",
     "TreePacking",

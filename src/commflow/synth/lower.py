@@ -73,32 +73,36 @@ def _up(
     return deps[0]
 
 
-def _shares(trees: Sequence[WeightedTree], units: int, pieces: int) -> list[tuple[Tree, range]]:
+def _shares(
+    trees: Sequence[WeightedTree], units: int, pieces: int
+) -> list[tuple[Tree, list[tuple[int, int]]]]:
     """``units`` equal shares of one root's data over its trees (by :func:`apportion`), each
-    a tree and its ``pieces`` chunk indices. Equal shares matter: trees sharing a link get
-    equal rates from it, so unequal ones would finish apart and leave links idle."""
+    a tree and its ``pieces`` messages ``(first chunk, count)``, one chunk each (one message
+    per chunk pipelines best: a large message stalls every hop). Equal shares matter:
+    trees sharing a link get equal rates from it, so unequal ones would finish apart and leave
+    links idle."""
     counts = apportion([t.weight for t in trees], units)
     shares = [
         Tree.from_parents(t.parent) for t, c in zip(trees, counts, strict=True) for _ in range(c)
     ]
-    return [(tree, range(u * pieces, (u + 1) * pieces)) for u, tree in enumerate(shares)]
+    return [(tree, [(u * pieces + k, 1) for k in range(pieces)]) for u, tree in enumerate(shares)]
 
 
 _DOWN = (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE)
 _UP = (Collective.REDUCESCATTER, Collective.REDUCE, Collective.ALLREDUCE)
 
 
-def _refs(collective: Collective, block: int, k: int) -> tuple[Ref, Ref, Ref, Ref]:
-    """``(input, partial, final, output)`` chunk references of chunk ``k`` of the data of the
-    root owning ``block`` (the root's first chunk in the rank-indexed buffers)."""
+def _refs(collective: Collective, block: int, k: int, n: int) -> tuple[Ref, Ref, Ref, Ref]:
+    """``(input, partial, final, output)`` references of chunks ``k .. k+n-1`` of the data of
+    the root owning ``block`` (the root's first chunk in the rank-indexed buffers)."""
     i = block + k
     if collective is Collective.ALLREDUCE:
-        return inp(i), out(i), out(i), out(i)
+        return inp(i, n), out(i, n), out(i, n), out(i, n)
     if collective is Collective.ALLGATHER:
-        return inp(k), out(i), out(i), out(i)
+        return inp(k, n), out(i, n), out(i, n), out(i, n)
     if collective is Collective.REDUCESCATTER:
-        return inp(i), scr(i), out(k), out(k)
-    return inp(k), scr(k), out(k), out(k)
+        return inp(i, n), scr(i, n), out(k, n), out(k, n)
+    return inp(k, n), scr(k, n), out(k, n), out(k, n)
 
 
 def lower(
@@ -137,16 +141,16 @@ def lower(
         block = 0 if collective.rooted else r * chunks
         finals: dict[int, StepId] = {}
         for tree, ks in _shares(_of(up, r, collective in _UP, name), units, pieces):
-            for k in ks:
-                data, partial, final, _ = _refs(collective, block, k)
+            for k, n in ks:
+                data, partial, final, _ = _refs(collective, block, k, n)
                 for rank in range(nranks):
                     last = _up(builder, tree, rank, base, data, partial, final)
                     if last is not None:
                         finals[k] = last
             base += nranks
         for tree, ks in _shares(_of(down, r, collective in _DOWN, name), units, pieces):
-            for k in ks:
-                data, _, final, dst = _refs(collective, block, k)
+            for k, n in ks:
+                data, _, final, dst = _refs(collective, block, k, n)
                 deps = (finals[k],) if k in finals else ()
                 for rank in range(nranks):
                     _down(builder, tree, rank, base, final if deps else data, dst, deps)

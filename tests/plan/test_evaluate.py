@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from commflow.errors import CommflowError
-from commflow.plan import MODELS, Plan, evaluate
+from commflow.plan import MODELS, Plan, TransformerSpec, evaluate
 from commflow.plan.compute import model_flops
 
 SMALL = Plan(tp=8, pp=2, dp=2, mb=1, global_batch=32, sp=True, recompute="selective")
@@ -76,3 +76,27 @@ def test_unknown_names_raise():
         evaluate("gpt3-6.7b", "dgx-a100x2", SMALL, accelerator="tpu")
     with pytest.raises(CommflowError, match="pipeline"):
         evaluate("gpt3-6.7b", "dgx-a100x4", SMALL, pipeline="guess")
+
+
+def test_context_and_expert_parallel_collectives_are_charged():
+    moe = TransformerSpec(
+        name="moe",
+        hidden=4096,
+        layers=8,
+        heads=32,
+        kv_heads=8,
+        ffn=14336,
+        vocab=32000,
+        seq=8192,
+        gated_mlp=True,
+        experts=8,
+        top_k=2,
+    )
+    plan = Plan(tp=4, cp=2, pp=1, dp=4, ep=2, mb=1, global_batch=8, sp=True)
+    result = evaluate(moe, "dgx-a100x4", plan)
+    assert result.breakdown["cp"] > 0 and result.breakdown["ep"] > 0
+    assert sum(result.breakdown.values()) == pytest.approx(result.step_time, rel=1e-12)
+    zero3 = evaluate(
+        moe, "dgx-a100x4", Plan(tp=4, cp=2, pp=1, dp=4, ep=2, mb=1, global_batch=8, sp=True, zero=3)
+    )
+    assert zero3.breakdown["zero3_gather"] >= 0 and zero3.memory.states < result.memory.states

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from commflow.plan import MODELS, Plan, memory_per_gpu
+from commflow.plan import MODELS, Plan, TransformerSpec, memory_per_gpu
 from commflow.plan.memory import WORKSPACE_BYTES, in_flight, stage_params
 
 GPT = MODELS["gpt3-175b"]  # s=2048, h=12288, a=96, l=96, V=51200
 
 
-@pytest.mark.parametrize(("zero", "state_bytes"), [(0, 16), (1, 4 + 12 / 8), (2, 2 + 14 / 8),
-                                                   (3, 16 / 8)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("zero", "state_bytes"), [(0, 16), (1, 4 + 12 / 8), (2, 2 + 14 / 8), (3, 16 / 8)]
+)
 def test_zero_stages_shard_state_over_dp(zero, state_bytes):
     plan = Plan(tp=8, pp=8, dp=8, global_batch=64, zero=zero)
     assert memory_per_gpu(GPT, plan).states == pytest.approx(stage_params(GPT, plan) * state_bytes)
@@ -58,3 +59,13 @@ def test_temporary_and_total():
     assert memory.temporary == pytest.approx(WORKSPACE_BYTES + logits + gathered)
     assert memory.total == memory.states + memory.activations + memory.temporary
     assert memory.to_dict()["total"] == pytest.approx(memory.total / 2**30)
+
+
+def test_expert_parallel_splits_only_the_experts():
+    moe = TransformerSpec(
+        name="moe", hidden=1024, layers=4, heads=8, vocab=1000, seq=512, experts=8, top_k=2
+    )
+    experts = 8 * 2 * 1024 * 4096
+    plan = Plan(tp=2, pp=2, dp=4, ep=4, global_batch=8)
+    expected = (2 * (moe.layer_params - experts + experts / 4) + moe.embedding_params) / 2
+    assert stage_params(moe, plan) == pytest.approx(expected)

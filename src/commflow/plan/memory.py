@@ -42,10 +42,11 @@ class Memory:
 
 
 def stage_params(model: TransformerSpec, plan: Plan) -> float:
-    """Parameters held by one GPU of the first stage (its layers and the embedding)."""
-    layers = model.layers / plan.pp
-    dense = layers * model.layer_params + model.embedding_params
-    return dense / (plan.tp * (plan.ep if model.experts > 1 else 1))
+    """Parameters held by one GPU of the first stage (its layers and the embedding); TP
+    splits everything, EP splits the experts."""
+    experts = model.experts * model.mlp_matrices * model.hidden * model.ffn_size
+    per_layer = model.layer_params - experts + experts / plan.ep
+    return (model.layers / plan.pp * per_layer + model.embedding_params) / plan.tp
 
 
 def in_flight(plan: Plan) -> float:

@@ -56,6 +56,8 @@ class PipelineRun:
     """Seconds each stage spends running ops."""
     intervals: tuple[Interval, ...]
     """Every op, in execution order per stage."""
+    extrapolated: bool = False
+    """Whether stage ends were extrapolated (then ``intervals`` cover a shorter run, or none)."""
 
     @property
     def makespan(self) -> float:
@@ -193,6 +195,7 @@ def schedule_makespan(
         line(run1.stage_end, run2.stage_end),
         line(run1.stage_busy, run2.stage_busy),
         run2.intervals,
+        extrapolated=True,
     )
 
 
@@ -215,4 +218,4 @@ def formula_makespan(schedule: str, times: OpTimes, microbatches: int, p2p: floa
         bubble = (p - 1) * (f + b + w + 2 * p2p)
     busy = tuple(microbatches * t for t in per_stage)
     end = max(busy) + (bubble if p > 1 else 0.0)
-    return PipelineRun(tuple(end for _ in busy), busy, ())
+    return PipelineRun(tuple(end for _ in busy), busy, (), extrapolated=True)

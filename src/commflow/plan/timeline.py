@@ -15,11 +15,13 @@ COLORS = {"F": "#4c72b0", "B": "#dd8452", "W": "#55a868"}
 def draw_timeline(evaluation: Evaluation, path: str | os.PathLike) -> None:
     """Write ``evaluation``'s pipeline timeline to ``path`` (PNG, via matplotlib).
 
-    Raises ``CommflowError`` when the evaluation has no simulated intervals (screening
-    formula) or matplotlib is missing."""
+    Raises ``CommflowError`` when the evaluation's pipeline was extrapolated or estimated
+    (evaluate with ``pipeline="exact"``) or matplotlib is missing."""
     run = evaluation.pipeline
-    if not run.intervals:
-        raise CommflowError("this evaluation has no timeline: evaluate with pipeline='exact'")
+    if run.extrapolated:
+        raise CommflowError(
+            "this evaluation has no full timeline: evaluate with pipeline='exact' to draw it"
+        )
     try:
         import matplotlib
 

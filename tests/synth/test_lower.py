@@ -27,7 +27,7 @@ def test_apportion_sums_and_stays_within_one_of_quota(weights, chunks):
 )
 def test_small_instances_verify_export_and_respect_the_bound(collective):
     topo = topology.dgx1()
-    program = synthesize(collective, topo, pieces=1, root=3)
+    program = synthesize(collective, topo, pieces=3, root=3)
     verify(program)
     assert "<algo" in to_msccl_xml(program)
     bound = lower_bound(collective, topo, SIZE, root=3)

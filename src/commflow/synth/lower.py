@@ -20,7 +20,7 @@ import numpy as np
 from commflow.algorithms.trees import Tree
 from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
-from commflow.ir import Program, ProgramBuilder, Ref, StepId, inp, out, scr
+from commflow.ir import Op, Program, Ref, inp, make_program, out, scr
 from commflow.synth.trees import WeightedTree
 
 
@@ -36,13 +36,13 @@ def apportion(weights: Sequence[float], chunks: int) -> list[int]:
 
 
 def _down(
-    builder: ProgramBuilder,
+    builder: _Template,
     tree: Tree,
     rank: int,
     base: int,
     src: Ref,
     dst: Ref,
-    deps: tuple[StepId, ...],
+    deps: tuple[int, ...],
 ) -> None:
     """Broadcast one chunk down ``tree``: the root sends ``src`` (after ``deps``), every other
     rank receives ``dst`` and forwards it. The edge into rank ``v`` is channel ``base + v``, so
@@ -55,13 +55,13 @@ def _down(
 
 
 def _up(
-    builder: ProgramBuilder, tree: Tree, rank: int, base: int, data: Ref, partial: Ref, final: Ref
-) -> StepId | None:
+    builder: _Template, tree: Tree, rank: int, base: int, data: Ref, partial: Ref, final: Ref
+) -> int | None:
     """Reduce one chunk up ``tree``: ``data`` is the rank's own input, ``partial`` where an
     inner rank accumulates, ``final`` where the root leaves the total. Children's pieces are
     reduced in turn, each on the channel of its edge; returns the root's last step."""
     acc = final if rank == tree.root else partial
-    deps: tuple[StepId, ...] = ()
+    deps: tuple[int, ...] = ()
     for child in tree.children[rank]:
         deps = (builder.recv_reduce(rank, child, data, acc, channel=base + child, deps=deps),)
         data = acc
@@ -73,36 +73,90 @@ def _up(
     return deps[0]
 
 
-def _shares(
-    trees: Sequence[WeightedTree], units: int, pieces: int
-) -> list[tuple[Tree, list[tuple[int, int]]]]:
-    """``units`` equal shares of one root's data over its trees (by :func:`apportion`), each
-    a tree and its ``pieces`` messages ``(first chunk, count)``, one chunk each (one message
-    per chunk pipelines best: a large message stalls every hop). Equal shares matter:
-    trees sharing a link get equal rates from it, so unequal ones would finish apart and leave
-    links idle."""
+def _shares(trees: Sequence[WeightedTree], units: int) -> list[Tree]:
+    """``units`` equal shares of one root's data over its trees (by :func:`apportion`), share
+    ``u`` being chunks ``u*pieces ..``. Equal shares matter: trees sharing a link get equal
+    rates from it, so unequal ones would finish apart and leave links idle."""
     counts = apportion([t.weight for t in trees], units)
-    shares = [
+    return [
         Tree.from_parents(t.parent) for t, c in zip(trees, counts, strict=True) for _ in range(c)
     ]
-    return [(tree, [(u * pieces + k, 1) for k in range(pieces)]) for u, tree in enumerate(shares)]
+
+
+class _Template:
+    """The steps of piece 0 of every share, recorded as rows with in-template dependencies
+    (the ``ProgramBuilder`` methods the tree phases use); :meth:`program` repeats them for
+    every piece, each piece's chunk offsets one higher."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, ...]] = []
+        self.deps: list[tuple[int, ...]] = []
+
+    def _add(self, part, chan, op, peer, src, dst, deps) -> int:
+        ref = src or dst
+        self.rows.append((
+            part, chan, int(op), peer,
+            -1 if src is None else int(src.buffer), -1 if src is None else src.index,
+            -1 if dst is None else int(dst.buffer), -1 if dst is None else dst.index,
+            ref.count,
+        ))  # fmt: skip
+        self.deps.append(tuple(deps))
+        return len(self.rows) - 1
+
+    def send(self, rank: int, peer: int, src: Ref, *, channel: int, deps=()) -> int:
+        return self._add(rank, channel, Op.SEND, peer, src, None, deps)
+
+    def recv(self, rank: int, peer: int, dst: Ref, *, channel: int, deps=()) -> int:
+        return self._add(rank, channel, Op.RECV, peer, None, dst, deps)
+
+    def recv_reduce(
+        self, rank: int, peer: int, src: Ref, dst: Ref, *, channel: int, deps=()
+    ) -> int:
+        return self._add(rank, channel, Op.RECV_REDUCE, peer, src, dst, deps)
+
+    def copy(self, rank: int, src: Ref, dst: Ref, *, channel: int, deps=()) -> int:
+        return self._add(rank, channel, Op.COPY, -1, src, dst, deps)
+
+    def columns(self, pieces: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """Step columns sorted by ``(part, chan)`` (pieces in order within a channel) and the
+        CSR dependencies, for :func:`commflow.ir.make_program`."""
+        rows = np.array(self.rows, dtype=np.int64)
+        m = len(rows)
+        piece = np.repeat(np.arange(pieces, dtype=np.int64), m)
+        every = np.tile(rows, (pieces, 1))
+        for col in (5, 7):
+            every[:, col] += np.where(every[:, col] >= 0, piece, 0)
+        order = np.lexsort((np.tile(np.arange(m), pieces), piece, every[:, 1], every[:, 0]))
+        position = np.empty_like(order)
+        position[order] = np.arange(len(order))
+        names = ("part", "chan", "op", "peer", "src_buf", "src_off", "dst_buf", "dst_off", "count")
+        columns = {k: every[order, c] for c, k in enumerate(names)}
+        counts = np.array([len(d) for d in self.deps], dtype=np.int64)
+        flat = np.array([d for ds in self.deps for d in ds], dtype=np.int64)
+        starts = np.concatenate(([0], np.cumsum(counts)))
+        own = order % m
+        per = counts[own]
+        dep_ptr = np.concatenate(([0], np.cumsum(per)))
+        seg = np.repeat(starts[own] - dep_ptr[:-1], per) + np.arange(dep_ptr[-1])
+        dep_idx = position[np.repeat(order - own, per) + flat[seg]]
+        return columns, dep_ptr, dep_idx
 
 
 _DOWN = (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE)
 _UP = (Collective.REDUCESCATTER, Collective.REDUCE, Collective.ALLREDUCE)
 
 
-def _refs(collective: Collective, block: int, k: int, n: int) -> tuple[Ref, Ref, Ref, Ref]:
-    """``(input, partial, final, output)`` references of chunks ``k .. k+n-1`` of the data of
-    the root owning ``block`` (the root's first chunk in the rank-indexed buffers)."""
+def _refs(collective: Collective, block: int, k: int) -> tuple[Ref, Ref, Ref, Ref]:
+    """``(input, partial, final, output)`` references of chunk ``k`` of the data of the root
+    owning ``block`` (the root's first chunk in the rank-indexed buffers)."""
     i = block + k
     if collective is Collective.ALLREDUCE:
-        return inp(i, n), out(i, n), out(i, n), out(i, n)
+        return inp(i), out(i), out(i), out(i)
     if collective is Collective.ALLGATHER:
-        return inp(k, n), out(i, n), out(i, n), out(i, n)
+        return inp(k), out(i), out(i), out(i)
     if collective is Collective.REDUCESCATTER:
-        return inp(i, n), scr(i, n), out(k, n), out(k, n)
-    return inp(k, n), scr(k, n), out(k, n), out(k, n)
+        return inp(i), scr(i), out(k), out(k)
+    return inp(k), scr(k), out(k), out(k)
 
 
 def lower(
@@ -133,31 +187,38 @@ def lower(
     chunks = units * pieces
     roots = [root] if collective.rooted else list(range(nranks))
     cf = chunks * nranks if collective is Collective.ALLREDUCE else chunks
-    builder = ProgramBuilder(
-        collective, nranks, chunk_factor=cf, name=name, root=root, params=params
-    )
+    builder = _Template()
     base = 0
     for r in roots:
         block = 0 if collective.rooted else r * chunks
-        finals: dict[int, StepId] = {}
-        for tree, ks in _shares(_of(up, r, collective in _UP, name), units, pieces):
-            for k, n in ks:
-                data, partial, final, _ = _refs(collective, block, k, n)
-                for rank in range(nranks):
-                    last = _up(builder, tree, rank, base, data, partial, final)
-                    if last is not None:
-                        finals[k] = last
+        finals: dict[int, int] = {}
+        for u, tree in enumerate(_shares(_of(up, r, collective in _UP, name), units)):
+            data, partial, final, _ = _refs(collective, block, u * pieces)
+            for rank in range(nranks):
+                last = _up(builder, tree, rank, base, data, partial, final)
+                if last is not None:
+                    finals[u] = last
             base += nranks
-        for tree, ks in _shares(_of(down, r, collective in _DOWN, name), units, pieces):
-            for k, n in ks:
-                data, _, final, dst = _refs(collective, block, k, n)
-                deps = (finals[k],) if k in finals else ()
-                for rank in range(nranks):
-                    _down(builder, tree, rank, base, final if deps else data, dst, deps)
-                if collective in (Collective.ALLGATHER, Collective.BROADCAST):
-                    builder.copy(r, data, dst, channel=base + r)
+        for u, tree in enumerate(_shares(_of(down, r, collective in _DOWN, name), units)):
+            data, _, final, dst = _refs(collective, block, u * pieces)
+            deps = (finals[u],) if u in finals else ()
+            for rank in range(nranks):
+                _down(builder, tree, rank, base, final if deps else data, dst, deps)
+            if collective in (Collective.ALLGATHER, Collective.BROADCAST):
+                builder.copy(r, data, dst, channel=base + r)
             base += nranks
-    return builder.build()
+    columns, dep_ptr, dep_idx = builder.columns(pieces)
+    return make_program(
+        name,
+        collective,
+        nranks,
+        chunk_factor=cf,
+        columns=columns,
+        root=root,
+        dep_ptr=dep_ptr,
+        dep_idx=dep_idx,
+        params=params,
+    )
 
 
 def _of(trees: Sequence[WeightedTree], root: int, needed: bool, name: str) -> list[WeightedTree]:

@@ -98,7 +98,7 @@ class _PerMicrobatch:
     forward: float
     backward: float
     weight: float
-    parts: dict[str, float]  # compute/tp/cp/ep/zero3 seconds per micro-batch, all chunks
+    parts: dict[str, float]  # exposed tp/cp/ep/zero3 seconds per micro-batch, all chunks
 
 
 def _per_microbatch(
@@ -122,9 +122,7 @@ def _per_microbatch(
             "alltoall", act * model.top_k / plan.tp, plan.ep, plan.tp * plan.cp, links
         )
     layers = model.layers / (plan.pp * plan.vp)
-    recompute_comm = tp + cp + ep if plan.recompute == "full" else 0.0
-    fwd_comm = tp + cp + ep
-    bwd_comm = tp + cp + ep + recompute_comm
+    passes = 3 if plan.recompute == "full" else 2  # forward, backward, recomputed forward
     gather = 0.0
     if plan.zero == 3:
         chunk_bytes = layers * model.layer_params / plan.tp * width
@@ -135,17 +133,14 @@ def _per_microbatch(
     bwd_compute = layers * (lt.backward_input + lt.recompute)
     fwd_gather = max(0.0, gather - fwd_compute) if plan.overlap else gather
     bwd_gather = max(0.0, gather - bwd_compute) if plan.overlap else gather
-    forward = fwd_compute + layers * fwd_comm + fwd_gather
-    backward = bwd_compute + layers * bwd_comm + bwd_gather
-    weight = layers * lt.backward_weight
+    comm = tp + cp + ep
+    forward = fwd_compute + layers * comm + fwd_gather
+    backward = bwd_compute + layers * comm * (passes - 1) + bwd_gather
     parts = {
-        "compute": plan.vp * (fwd_compute + bwd_compute + weight),
-        "tp": plan.vp * layers * 2 * tp * (1.5 if plan.recompute == "full" else 1.0),
-        "cp": plan.vp * layers * 2 * cp * (1.5 if plan.recompute == "full" else 1.0),
-        "ep": plan.vp * layers * 2 * ep * (1.5 if plan.recompute == "full" else 1.0),
-        "zero3_gather": plan.vp * (fwd_gather + bwd_gather),
+        name: plan.vp * layers * passes * t for name, t in (("tp", tp), ("cp", cp), ("ep", ep))
     }
-    return _PerMicrobatch(forward, backward, weight, parts)
+    parts["zero3_gather"] = plan.vp * (fwd_gather + bwd_gather)
+    return _PerMicrobatch(forward, backward, layers * lt.backward_weight, parts)
 
 
 def evaluate(
@@ -219,7 +214,7 @@ def evaluate_on_links(
     optimizer = sharded * OPTIMIZER_BYTES / gpu.hbm_bandwidth
     step = ends[critical] + optimizer + calibration.step_overhead
     m = plan.microbatches
-    breakdown = {name: m * value for name, value in mb.parts.items() if name != "compute"}
+    breakdown = {name: m * value for name, value in mb.parts.items()}
     busy = run.stage_busy[critical]
     breakdown = {"compute": busy - sum(breakdown.values()), **breakdown}
     breakdown["pp_bubble"] = run.stage_end[critical] - busy
@@ -241,6 +236,3 @@ def evaluate_on_links(
         breakdown=breakdown,
         pipeline=run,
     )
-
-
-__all__ = ["Evaluation", "evaluate", "resolve_cluster"]

@@ -110,6 +110,11 @@ class _Router:
                 paths.append(prefix)
                 continue
             want = dist[node] - 1
+            if want == 0:  # the last hop: one link at most, found without a scan
+                link = self.topology._index.get((node, dst))
+                if link is not None:
+                    stack.append((dst, (*prefix, link)))
+                continue
             for link, nxt in reversed(out[node]):
                 if dist[nxt] == want and not (switched and is_rank[nxt] and nxt != dst):
                     stack.append((nxt, (*prefix, link)))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from commflow.collectives import Collective, check_root, parse_collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program
@@ -11,6 +9,9 @@ from commflow.synth.links import logical_edges
 from commflow.synth.lower import lower
 from commflow.synth.trees import integral_shares, pack_trees
 from commflow.topology.graph import Topology
+
+_UNITS = range(1, 13)
+"""Share counts per root :func:`~commflow.synth.trees.integral_shares` tries, fewest first."""
 
 OBJECTIVES = ("bandwidth", "latency", "balanced")
 """What :func:`synthesize` optimises: large-message time, step count, or a mix."""
@@ -63,11 +64,15 @@ def _tree_program(kind: Collective, topology: Topology, root: int | None, pieces
     down = up = ()
     units = 1
     if kind in (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE):
-        down, units = integral_shares(edges, pack_trees(edges, roots))
+        out_packing = pack_trees(edges, roots)
+        down, units = integral_shares(edges, out_packing)
     if kind.reduces:
         reverse = edges.reversed()
-        up, up_units = integral_shares(reverse, pack_trees(reverse, roots))
-        units = math.lcm(units, up_units) if down else up_units  # allreduce: cut alike
+        tries = [units, *_UNITS] if down else _UNITS
+        up, up_units = integral_shares(reverse, pack_trees(reverse, roots), units=tries)
+        if down and up_units != units:  # allreduce: both halves in the same shares
+            down, _ = integral_shares(edges, out_packing, units=[up_units])
+        units = up_units
     return lower(
         kind,
         topology.nranks,

@@ -9,7 +9,7 @@ of the logical edges (:mod:`commflow.synth.links`, switches split off). A packin
 
 by column generation: the master LP (scipy HiGHS) over the trees found so far gives link
 prices ``pi`` (its duals); for each root, the cheapest spanning arborescence under those prices
-(Edmonds' algorithm) enters when its price is below the root's dual ``mu[r]``. When no tree
+(Chu-Liu/Edmonds) enters when its price is below the root's dual ``mu[r]``. When no tree
 enters, the packing is optimal over all trees, and (Edmonds' branching theorem with
 ForestColl's switch splitting) ``T`` equals the cut bound of :func:`commflow.sim.lower_bound`
 (``T * shard bytes`` seconds) on topologies whose routes the router already splits
@@ -22,7 +22,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import networkx as nx
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
@@ -118,13 +117,13 @@ def integral_shares(
     edges: LogicalEdges,
     packing: TreePacking,
     *,
-    max_units: int = 12,
+    units: Sequence[int] = range(1, 13),
     slack: float = 0.005,
     time_limit: float = 2.0,
 ) -> tuple[tuple[WeightedTree, ...], int]:
     """Trees whose weights are whole ``units``-ths of each root's data, and ``units``.
 
-    For ``units = 1 .. max_units``: the largest-remainder rounding of the optimum, else a
+    For each of ``units`` in turn: the largest-remainder rounding of the optimum, else a
     MILP (scipy HiGHS, ``time_limit`` seconds) over every candidate tree for integer shares
     whose time is within ``slack`` (relative) of the optimum. The first ``units`` that fits
     wins; when none does, the best rounding seen. Returned weights are ``count / units``.
@@ -136,29 +135,27 @@ def integral_shares(
     roots = sorted({t.root for t in candidates})
     target = packing.seconds_per_byte * (1 + slack)
     best: tuple[float, np.ndarray, int] | None = None
-    for units in range(1, max_units + 1):
+    for total in units:
         counts = np.zeros(len(candidates))
         for r in roots:
             mine = [i for i, t in enumerate(candidates) if t.root == r]
-            counts[mine] = apportion([candidates[i].weight for i in mine], units)
-        found = counts if (loads @ counts).max() / units <= target else None
-        if found is None:
-            found = _integer_shares(loads, candidates, roots, units, target, time_limit)
-        if found is None:
-            found = counts
-        t = float((loads @ found).max()) / units
+            counts[mine] = apportion([candidates[i].weight for i in mine], total)
+        if (loads @ counts).max() / total > target:
+            exact = _integer_shares(loads, candidates, roots, total, target, time_limit)
+            counts = counts if exact is None else exact
+        t = float((loads @ counts).max()) / total
         if best is None or t < best[0]:
-            best = (t, found, units)
+            best = (t, counts, total)
         if t <= target:
             break
     assert best is not None
-    _, counts, units = best
+    _, counts, total = best
     shares = tuple(
-        WeightedTree(t.root, t.parent, c / units)
+        WeightedTree(t.root, t.parent, c / total)
         for t, c in zip(candidates, counts.tolist(), strict=True)
         if c > 0
     )
-    return shares, units
+    return shares, total
 
 
 def _integer_shares(loads, candidates, roots, units, target, time_limit) -> np.ndarray | None:
@@ -200,22 +197,75 @@ def _column(edges, seconds, root, parent) -> tuple[int, tuple[int, ...], np.ndar
 
 
 def _arborescence(edges: LogicalEdges, root: int, cost: np.ndarray) -> tuple[int, ...]:
-    """Parents of the cheapest spanning out-tree rooted at ``root`` under edge ``cost``."""
-    graph = nx.DiGraph()
-    graph.add_nodes_from(range(edges.nranks))
-    for e, (u, v) in enumerate(zip(edges.src.tolist(), edges.dst.tolist(), strict=True)):
-        if v != root:
-            graph.add_edge(u, v, weight=float(cost[e]))
-    try:
-        tree = nx.minimum_spanning_arborescence(graph, preserve_attrs=False)
-    except nx.NetworkXException:
+    """Parents of the cheapest spanning out-tree rooted at ``root`` under edge ``cost``.
+
+    Raises ``AlgorithmError`` when ``root`` cannot reach every rank over the edges."""
+    n = edges.nranks
+    weights = np.full((n, n), np.inf)
+    weights[edges.src, edges.dst] = cost
+    parent = _edmonds(weights, root)
+    if parent is None:
         raise AlgorithmError(
             f"{edges.topology.name}: rank {root} cannot reach every rank over logical edges"
-        ) from None
-    parent = [-1] * edges.nranks
-    for u, v in tree.edges:
-        parent[v] = u
-    return tuple(parent)
+        )
+    return tuple(int(p) for p in parent)
+
+
+def _edmonds(weights: np.ndarray, root: int) -> np.ndarray | None:
+    """Chu-Liu/Edmonds minimum arborescence on a dense ``[src][dst]`` cost matrix (``inf``: no
+    edge): parents (-1 at ``root``), or ``None`` when some node is unreachable. Each round
+    takes every node's cheapest incoming edge; a cycle among them is contracted (edges into
+    it cost what they save over the cycle edge they replace) and solved recursively."""
+    n = len(weights)
+    weights = weights.copy()
+    np.fill_diagonal(weights, np.inf)
+    weights[:, root] = np.inf
+    parent = weights.argmin(axis=0)
+    parent[root] = -1
+    best = weights[parent, np.arange(n)]
+    if np.isinf(np.delete(best, root)).any():
+        return None
+    cycle = _cycle(parent)
+    if cycle is None:
+        return parent
+    inside = np.zeros(n, dtype=bool)
+    inside[cycle] = True
+    others = np.flatnonzero(~inside)
+    c = len(others)
+    into = weights[np.ix_(others, cycle)] - best[cycle][None, :]
+    leave = weights[np.ix_(cycle, others)]
+    small = np.full((c + 1, c + 1), np.inf)
+    small[:c, :c] = weights[np.ix_(others, others)]
+    small[:c, c] = into.min(axis=1)
+    small[c, :c] = leave.min(axis=0)
+    sub = _edmonds(small, int(np.searchsorted(others, root)))
+    if sub is None:
+        return None
+    result = parent.copy()
+    for j, v in enumerate(others.tolist()):
+        p = sub[j]
+        if p >= 0:
+            result[v] = cycle[int(leave[:, j].argmin())] if p == c else others[p]
+    enter = int(sub[c])
+    result[cycle[int(into[enter].argmin())]] = others[enter]
+    return result
+
+
+def _cycle(parent: np.ndarray) -> list[int] | None:
+    """Nodes of one cycle of the parent pointers, or ``None`` when they form a tree."""
+    mark = np.full(len(parent), -1)
+    for start in range(len(parent)):
+        v = start
+        while v != -1 and mark[v] == -1:
+            mark[v] = start
+            v = int(parent[v])
+        if v != -1 and mark[v] == start:
+            cycle, u = [v], int(parent[v])
+            while u != v:
+                cycle.append(u)
+                u = int(parent[u])
+            return cycle
+    return None
 
 
 def _master(columns, roots, nlinks):

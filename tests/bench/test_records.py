@@ -3,6 +3,8 @@ records, their JSON keys and values."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from commflow.bench import BenchConfig, impl_mpi, run_benchmark
@@ -89,3 +91,7 @@ def test_all_algorithms_include_auto_the_registry_and_the_fast_path():
     assert {"ring", "direct", "halving_doubling"} <= set(config.commflow_algos)
     gather = BenchConfig(collective="gather", nranks=2, algos=("all",))
     assert "shm" not in gather.commflow_algos
+
+
+def test_default_ranks_are_the_cores_at_least_two():
+    assert BenchConfig().nranks == max(2, os.cpu_count() or 1)

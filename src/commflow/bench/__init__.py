@@ -27,6 +27,7 @@ from commflow.bench.suite import (
     BenchConfig,
     BenchReport,
     commflow_algorithms,
+    default_nranks,
     run_benchmark,
 )
 
@@ -42,6 +43,7 @@ __all__ = [
     "Summary",
     "commflow_algorithms",
     "copy_bandwidth",
+    "default_nranks",
     "median",
     "median_ci_ranks",
     "plot_busbw",

@@ -27,14 +27,19 @@ BenchProgress = Callable[[str, int, int], None]
 """Called as ``progress(impl, done, total)`` with the sizes done and to do."""
 
 
+def default_nranks() -> int:
+    """The number of CPU cores of this host, at least 2."""
+    return max(2, os.cpu_count() or 1)
+
+
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig:
     """What to benchmark; every field is validated on construction (``CommflowError``)."""
 
     collective: Collective | str = Collective.ALLREDUCE
     """The collective (a name is parsed)."""
-    nranks: int = 2
-    """Number of ranks (processes on this host)."""
+    nranks: int = field(default_factory=default_nranks)
+    """Number of ranks (processes on this host); default :func:`default_nranks`."""
     sizes: tuple[int, ...] = (8,)
     """Requested sizes in bytes (nccl-tests' convention), rounded down to whole elements and
     blocks; sizes that round to the same buffers run once."""

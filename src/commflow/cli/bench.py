@@ -11,10 +11,18 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress, TaskID
 
-from commflow.bench import BenchConfig, BenchReport, Measurement, plot_busbw, run_benchmark
+from commflow.bench import (
+    BenchConfig,
+    BenchReport,
+    Measurement,
+    default_nranks,
+    plot_busbw,
+    run_benchmark,
+)
 from commflow.bench.memory import PROBE_BYTES
 from commflow.cli._output import err, gbps, number, out, usec
 from commflow.errors import CommflowError
+from commflow.runtime import DEFAULT_TIMEOUT
 from commflow.units import format_size, parse_size, size_range
 
 _KEYS = ("size(B)", "count", "type", "redop", "root")
@@ -22,11 +30,6 @@ _KEY_WIDTHS = (12, 12, 9, 7, 6)
 _COLUMNS = ("time(us)", "ci95(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong")
 _WIDTHS = (11, 20, 12, 12, 7)
 _RATIO_WIDTH = 8
-
-
-def default_nranks() -> int:
-    """The number of CPU cores, at least 2."""
-    return max(2, os.cpu_count() or 1)
 
 
 def bench(
@@ -44,7 +47,7 @@ def bench(
     vs: str = typer.Option("gloo", "--vs", help="Peers: gloo, mpi, gloo,mpi or none."),
     warmup: int = typer.Option(5, "-w", "--warmup", help="Untimed iterations per size."),
     iters: int = typer.Option(20, "--iters", help="Timed iterations per size."),
-    timeout: float = typer.Option(300.0, "--timeout", help="Seconds any wait may take."),
+    timeout: float = typer.Option(DEFAULT_TIMEOUT, "--timeout", help="Seconds any wait may take."),
     json_file: Path = typer.Option(None, "--json", help="Write the records as JSON here."),
     plot_file: Path = typer.Option(None, "--plot", help="Draw busbw vs size into this PNG."),
 ) -> None:

@@ -4,14 +4,21 @@
 - :mod:`~commflow.synth.links`: logical rank-to-rank edges (switches split off).
 - :mod:`~commflow.synth.trees`: throughput-optimal spanning-tree packing (Blink, ForestColl).
 - :mod:`~commflow.synth.lower`: packings to programs.
+- :mod:`~commflow.synth.alltoall_lp`: alltoall by a multi-commodity flow LP.
 """
 
-from commflow.synth.api import DEFAULT_PIECES, OBJECTIVES, synthesize
+from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, alltoall_program
+from commflow.synth.api import ALLTOALL_CHUNKS, DEFAULT_PIECES, OBJECTIVES, synthesize
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import apportion, lower
 from commflow.synth.trees import TreePacking, WeightedTree, integral_shares, pack_trees
 
 __all__ = [
+    "ALLTOALL_CHUNKS",
+    "AlltoallFlow",
+    "Route",
+    "alltoall_flow",
+    "alltoall_program",
     "DEFAULT_PIECES",
     "OBJECTIVES",
     "LogicalEdges",

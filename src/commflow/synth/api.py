@@ -5,6 +5,7 @@ from __future__ import annotations
 from commflow.collectives import Collective, check_root, parse_collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program
+from commflow.synth.alltoall_lp import alltoall_flow, alltoall_program
 from commflow.synth.links import logical_edges
 from commflow.synth.lower import lower
 from commflow.synth.trees import integral_shares, pack_trees
@@ -12,6 +13,9 @@ from commflow.topology.graph import Topology
 
 _UNITS = range(1, 13)
 """Share counts per root :func:`~commflow.synth.trees.integral_shares` tries, fewest first."""
+
+ALLTOALL_CHUNKS = 24
+"""Chunks per block for alltoall programs (DGX-1: within 1.1% of the cut bound at 1 GiB)."""
 
 OBJECTIVES = ("bandwidth", "latency", "balanced")
 """What :func:`synthesize` optimises: large-message time, step count, or a mix."""
@@ -37,11 +41,13 @@ def synthesize(
 
     ``bandwidth``: spanning-tree packing (allgather, reducescatter, allreduce as RS + AG,
     broadcast, reduce; :mod:`commflow.synth.trees`), lowered with each root's data in equal
-    shares of ``pieces`` chunks (default :data:`DEFAULT_PIECES`). ``root`` is used by
-    broadcast and reduce. ``size``, ``max_steps`` and ``time_limit`` are reserved for the
-    latency objectives, which are not implemented yet. Raises ``AlgorithmError`` for an
-    objective other than ``bandwidth`` or a collective the method does not cover (alltoall,
-    gather, scatter), and ``TopologyError`` when the ranks are not connected.
+    shares of ``pieces`` chunks (default :data:`DEFAULT_PIECES`); alltoall by a
+    multi-commodity flow LP (:mod:`commflow.synth.alltoall_lp`), ``pieces`` chunks per block
+    (default :data:`ALLTOALL_CHUNKS`). ``root`` is used by broadcast and reduce. ``size``,
+    ``max_steps`` and ``time_limit`` are reserved for the latency objectives, which are not
+    implemented yet. Raises ``AlgorithmError`` for an objective other than ``bandwidth`` or a
+    collective no method covers (gather, scatter), and ``TopologyError`` when the ranks are
+    not connected.
     """
     kind = parse_collective(collective)
     if objective not in OBJECTIVES:
@@ -53,11 +59,15 @@ def synthesize(
         )
     del size, max_steps, time_limit
     root = check_root(kind, topology.nranks, root)
+    if kind is Collective.ALLTOALL:
+        flow = alltoall_flow(logical_edges(topology))
+        chunks = pieces or ALLTOALL_CHUNKS
+        return alltoall_program(flow, topology.nranks, chunks=chunks, name="alltoall/synth_lp")
     return _tree_program(kind, topology, root, pieces or DEFAULT_PIECES)
 
 
 def _tree_program(kind: Collective, topology: Topology, root: int | None, pieces: int) -> Program:
-    if kind in (Collective.ALLTOALL, Collective.GATHER, Collective.SCATTER):
+    if kind in (Collective.GATHER, Collective.SCATTER):
         raise AlgorithmError(f"tree packing does not synthesize {kind.value}")
     edges = logical_edges(topology)
     roots = None if root is None else [root]

@@ -24,7 +24,14 @@ def free_port() -> int:
 
 
 def _child(
-    fn: Callable, rank: int, nranks: int, port: int, backend: str, timeout: float, queue, args
+    fn: Callable,
+    rank: int,
+    nranks: int,
+    port: int,
+    backend: str | None,
+    timeout: float,
+    queue,
+    args,
 ) -> None:
     try:
         os.environ.update(
@@ -41,9 +48,12 @@ def _child(
         import commflow.torch  # noqa: F401  (registers the backend)
 
         torch.set_num_threads(1)
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
-        result = fn(*args)
-        dist.destroy_process_group()
+        if backend is None:
+            result = fn(*args)
+        else:
+            dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+            result = fn(*args)
+            dist.destroy_process_group()
         queue.put((rank, True, result))
     except BaseException as err:  # reported to the parent, which re-raises
         queue.put((rank, False, f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
@@ -57,12 +67,13 @@ def run_group(
     fn: Callable,
     nranks: int,
     *args,
-    backend: str = "commflow",
+    backend: str | None = "commflow",
     timeout: float = 30.0,
     expect_failure: bool = False,
 ) -> list:
     """Run ``fn(*args)`` on ``nranks`` processes after ``dist.init_process_group(backend)``;
-    return the results by rank. ``timeout`` (s) is the process group's timeout.
+    return the results by rank. ``timeout`` (s) is the process group's timeout; with
+    ``backend=None`` the ranks only get torchrun's environment and ``fn`` joins by itself.
 
     Raises ``AssertionError`` with every failing rank's traceback unless ``expect_failure``,
     in which case the per-rank ``(ok, result_or_error_text)`` pairs are returned."""

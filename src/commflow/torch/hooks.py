@@ -15,9 +15,9 @@ rank creates the DDP model). Compressed buckets travel as float16 or bfloat16 (h
 and, with error feedback (Seide et al. 2014; Karimireddy et al. 2019, EF-SGD), each rank adds
 the rounding error it made on a bucket to that bucket's gradients at the next step, so the
 error does not accumulate in the parameters.
-"""
 
-from __future__ import annotations
+(No ``from __future__ import annotations`` here: DDP checks the hooks' annotations at run time.)
+"""
 
 from dataclasses import dataclass, field
 
@@ -86,7 +86,7 @@ def _allreduce(
     return work.get_future()
 
 
-def allreduce_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future:
+def allreduce_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average the bucket over the ranks with ``state.algo`` (what DDP does by default)."""
     buffer = bucket.buffer()
     return _allreduce(state, buffer, dist.ReduceOp.AVG).then(lambda fut: fut.value()[0])
@@ -94,7 +94,7 @@ def allreduce_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.F
 
 def compressed_allreduce_hook(
     state: CompressionState, bucket: dist.GradBucket
-) -> torch.futures.Future:
+) -> torch.futures.Future[torch.Tensor]:
     """Average the bucket in ``state.dtype``: each rank sends ``(g + e) / n`` rounded to the
     wire dtype (``e``: its rounding error on this bucket last step, when error feedback is
     on), the ranks sum those, and the result is written back to the bucket as float32."""

@@ -26,8 +26,11 @@ from commflow.errors import CommflowError
 PROBE_BYTES = 256 << 20
 """Bytes copied per probe: far larger than the last-level caches."""
 
+PROBE_REPEATS = 5
+"""Probes per measurement; the fastest counts."""
 
-def copy_bandwidth(nbytes: int = PROBE_BYTES, repeats: int = 5) -> float:
+
+def copy_bandwidth(nbytes: int = PROBE_BYTES, repeats: int = PROBE_REPEATS) -> float:
     """Best of ``repeats`` single-process ``numpy.copyto`` runs of ``nbytes`` bytes between
     two already touched arrays, in bytes copied per second. Raises ``CommflowError`` for
     ``nbytes < 1`` or ``repeats < 1``."""

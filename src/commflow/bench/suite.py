@@ -67,7 +67,7 @@ class BenchConfig:
         object.__setattr__(self, "dtype", dtype.name)
         if self.op not in OPS:
             raise CommflowError(f"unknown op {self.op!r}; use one of {', '.join(OPS)}")
-        if self.op == "avg" and dtype.kind not in "f" and dtype.name != "bfloat16":
+        if self.op == "avg" and dtype.kind != "f" and dtype.name != "bfloat16":
             raise CommflowError(f"op 'avg' needs a floating-point dtype, got {dtype.name}")
         if self.nranks < 1:
             raise CommflowError(f"cannot benchmark on {self.nranks} ranks: use -n 1 or more")

@@ -19,7 +19,7 @@ from commflow.bench import (
     plot_busbw,
     run_benchmark,
 )
-from commflow.bench.memory import PROBE_BYTES
+from commflow.bench.memory import PROBE_BYTES, PROBE_REPEATS
 from commflow.cli._output import err, gbps, number, out, usec
 from commflow.errors import CommflowError
 from commflow.runtime import DEFAULT_TIMEOUT
@@ -163,7 +163,7 @@ def _print(report: BenchReport) -> None:
         out.print(f"# {note}", markup=False)
     out.print(
         f"# memory copy bandwidth: {number(gbps(report.copy_bandwidth))} GB/s "
-        f"(numpy copy of {PROBE_BYTES >> 20} MiB, one process, best of 5)",
+        f"(numpy copy of {PROBE_BYTES >> 20} MiB, one process, best of {PROBE_REPEATS})",
         markup=False,
     )
     out.print(

@@ -50,6 +50,6 @@ def test_unknown_objective_and_uncovered_collective_raise():
         synthesize("gather", topology.dgx1())
 
 
-def test_latency_objective_is_refused_rather_than_ignored():
+def test_balanced_objective_is_refused_rather_than_ignored():
     with pytest.raises(AlgorithmError, match="not implemented"):
-        synthesize("allgather", topology.dgx1(), objective="latency")
+        synthesize("allgather", topology.dgx1(), objective="balanced")

@@ -8,8 +8,10 @@ from commflow.ir import Program
 from commflow.synth.alltoall_lp import alltoall_flow, alltoall_program
 from commflow.synth.links import logical_edges
 from commflow.synth.lower import lower
+from commflow.synth.steps import pareto, schedule_program
 from commflow.synth.trees import integral_shares, pack_trees
 from commflow.topology.graph import Topology
+from commflow.topology.routing import diameter
 
 _UNITS = range(1, 13)
 """Share counts per root :func:`~commflow.synth.trees.integral_shares` tries, fewest first."""
@@ -43,27 +45,39 @@ def synthesize(
     broadcast, reduce; :mod:`commflow.synth.trees`), lowered with each root's data in equal
     shares of ``pieces`` chunks (default :data:`DEFAULT_PIECES`); alltoall by a
     multi-commodity flow LP (:mod:`commflow.synth.alltoall_lp`), ``pieces`` chunks per block
-    (default :data:`ALLTOALL_CHUNKS`). ``root`` is used by broadcast and reduce. ``size``,
-    ``max_steps`` and ``time_limit`` are reserved for the latency objectives, which are not
-    implemented yet. Raises ``AlgorithmError`` for an objective other than ``bandwidth`` or a
-    collective no method covers (gather, scatter), and ``TopologyError`` when the ranks are
-    not connected.
+    (default :data:`ALLTOALL_CHUNKS`). ``latency`` (allgather): the SCCL step schedule with the
+    fewest steps (:mod:`commflow.synth.steps`), each MILP given ``time_limit`` seconds
+    (default 30). ``root`` is used by broadcast and reduce; ``size`` and ``max_steps`` are
+    reserved for the ``balanced`` objective, not implemented yet. Raises ``AlgorithmError``
+    for ``balanced``, an unknown objective or a collective no method covers, and
+    ``TopologyError`` when the ranks are not connected.
     """
     kind = parse_collective(collective)
     if objective not in OBJECTIVES:
         raise AlgorithmError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
+    if objective == "latency":
+        return _fewest_steps(kind, topology, time_limit)
     if objective != "bandwidth":
         raise AlgorithmError(
-            f"objective {objective!r} (step schedules) is not implemented yet; "
-            "use objective='bandwidth'"
+            f"objective {objective!r} is not implemented yet; use 'bandwidth' or 'latency'"
         )
-    del size, max_steps, time_limit
+    del size, max_steps
     root = check_root(kind, topology.nranks, root)
     if kind is Collective.ALLTOALL:
         flow = alltoall_flow(logical_edges(topology))
         chunks = pieces or ALLTOALL_CHUNKS
         return alltoall_program(flow, topology.nranks, chunks=chunks, name="alltoall/synth_lp")
     return _tree_program(kind, topology, root, pieces or DEFAULT_PIECES)
+
+
+def _fewest_steps(kind: Collective, topology: Topology, time_limit: float | None) -> Program:
+    """The allgather step schedule with the fewest steps and, among those, the least
+    rounds per chunk (:func:`commflow.synth.steps.pareto`)."""
+    if kind is not Collective.ALLGATHER:
+        raise AlgorithmError(f"objective 'latency' covers allgather only, not {kind.value}")
+    steps = diameter(topology)
+    best = pareto(kind, topology, max_steps=steps, time_limit=time_limit or 30.0)[0]
+    return schedule_program(best, topology.nranks, name="allgather/synth_steps")
 
 
 def _tree_program(kind: Collective, topology: Topology, root: int | None, pieces: int) -> Program:

@@ -297,7 +297,7 @@ class Communicator:
         dtype = call.send.dtype
         nbytes = call.unit * dtype.itemsize
         name = programs.choose(coll, self.size, max(call.send.nbytes, call.recv.nbytes),
-                               call.algo)
+                               call.algo, fast_path=self._fast is not None)
         root = call.root if coll in _ROOTED else None
         send, recv = flat(call.send), flat(call.recv)
         if coll is not Collective.BROADCAST and np.may_share_memory(send, recv):

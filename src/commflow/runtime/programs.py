@@ -1,7 +1,8 @@
 """Choosing and caching the programs the runtime executes.
 
-``algo="auto"`` picks by collective and message size (latency-bound sizes get log-step or
-one-shot algorithms, bandwidth-bound sizes the ring); any registered algorithm can be named.
+``algo="auto"`` picks the shared-memory fast path where it applies, else by collective and
+message size (latency-bound sizes get log-step or one-shot algorithms, bandwidth-bound sizes
+the ring); any registered algorithm can be named.
 Programs are generated, verified once, and their per-rank plans cached per buffer size.
 """
 
@@ -33,10 +34,16 @@ _AUTO = {
 }
 
 
-def choose(collective: Collective, nranks: int, nbytes: int, algo: str) -> str:
-    """The algorithm to run: ``algo`` itself unless it is ``"auto"``."""
+def choose(collective: Collective, nranks: int, nbytes: int, algo: str, *,
+           fast_path: bool = False) -> str:
+    """The algorithm to run: ``algo`` itself unless it is ``"auto"``; then the shared-memory
+    fast path where it applies (``fast_path``: one host, world communicator; it was fastest
+    or level at every size in ``commflow bench --algo all``, see docs/benchmarks.md), else a
+    log-step algorithm below :data:`SMALL` bytes and a bandwidth-optimal one above."""
     if algo != "auto":
         return algo
+    if fast_path and collective in fastpath.COLLECTIVES:
+        return fastpath.NAME
     small, large = _AUTO[collective]
     return small if nbytes < SMALL else large
 

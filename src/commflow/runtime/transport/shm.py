@@ -208,7 +208,7 @@ class ShmTransport:
     """
 
     SPIN_ROUNDS = 200
-    YIELD_AFTER = 20
+    YIELD_AFTER = 50
 
     def __init__(self, host: ShmHost, ranks: list[int]) -> None:
         self.host = host

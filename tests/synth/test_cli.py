@@ -8,27 +8,16 @@ from commflow.cli import main
 from commflow.ir import load_program, verify
 
 
+def run(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    return stop.value.code
+
+
 def test_synth_alltoall_json_and_files(tmp_path, capsys):
     path, xml = tmp_path / "a2a.json", tmp_path / "a2a.xml"
-    main(
-        [
-            "synth",
-            "alltoall",
-            "--topo",
-            "dgx1",
-            "--pieces",
-            "2",
-            "-b",
-            "1G",
-            "-e",
-            "1G",
-            "-o",
-            str(path),
-            "--xml",
-            str(xml),
-            "--json",
-        ]
-    )
+    argv = ["synth", "alltoall", "--topo", "dgx1", "--pieces", "2", "-b", "1G", "-e", "1G"]
+    assert run([*argv, "-o", str(path), "--xml", str(xml), "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     row = record["rows"][0]
     assert record["program"] == "alltoall/synth_lp"
@@ -40,6 +29,4 @@ def test_synth_alltoall_json_and_files(tmp_path, capsys):
 
 
 def test_synth_unknown_objective_exits_2():
-    with pytest.raises(SystemExit) as stop:
-        main(["synth", "allgather", "--topo", "dgx1", "--objective", "fastest"])
-    assert stop.value.code == 2
+    assert run(["synth", "allgather", "--topo", "dgx1", "--objective", "fastest"]) == 2

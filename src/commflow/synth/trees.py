@@ -120,13 +120,15 @@ def integral_shares(
     units: Sequence[int] = range(1, 13),
     slack: float = 0.005,
     time_limit: float = 2.0,
+    budget: float = 5.0,
 ) -> tuple[tuple[WeightedTree, ...], int]:
     """Trees whose weights are whole ``units``-ths of each root's data, and ``units``.
 
     For each of ``units`` in turn: the largest-remainder rounding of the optimum, else a
     MILP (scipy HiGHS, ``time_limit`` seconds) over every candidate tree for integer shares
     whose time is within ``slack`` (relative) of the optimum. The first ``units`` that fits
-    wins; when none does, the best rounding seen. Returned weights are ``count / units``.
+    wins; when none does, or after ``budget`` seconds, the best rounding seen. Returned
+    weights are ``count / units``.
     """
     from commflow.synth.lower import apportion
 
@@ -135,6 +137,7 @@ def integral_shares(
     roots = sorted({t.root for t in candidates})
     target = packing.seconds_per_byte * (1 + slack)
     best: tuple[float, np.ndarray, int] | None = None
+    deadline = time.perf_counter() + budget
     for total in units:
         counts = np.zeros(len(candidates))
         for r in roots:
@@ -146,7 +149,7 @@ def integral_shares(
         t = float((loads @ counts).max()) / total
         if best is None or t < best[0]:
             best = (t, counts, total)
-        if t <= target:
+        if t <= target or time.perf_counter() > deadline:
             break
     assert best is not None
     _, counts, total = best

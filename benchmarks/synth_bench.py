@@ -14,17 +14,19 @@ from commflow import topology
 from commflow.algorithms import build_for
 from commflow.errors import CommflowError
 from commflow.sim import lower_bound, simulate
-from commflow.synth import synthesize
+from commflow.synth import DEFAULT_PIECES, synthesize
 
 SIZE = 2**30
-PIECES = 128
 TOPOLOGIES = {
-    "dgx1": lambda: topology.dgx1(),
-    "dgx_a100": lambda: topology.dgx_a100(),
+    "dgx1": topology.dgx1,
+    "dgx_a100": topology.dgx_a100,
+    "mi250": topology.mi250,
     "ndv2x2": lambda: topology.ndv2(2),
-    "mi250": lambda: topology.mi250(),
     "dgx_a100x2": lambda: topology.dgx_a100(2),
+    "dgx_h100x2": lambda: topology.dgx_h100(2),
 }
+PIECES = {"dgx_a100x2": 16, "dgx_h100x2": 16}
+"""Pieces per share where the default makes programs too large to simulate quickly."""
 COLLECTIVES = ("allgather", "reducescatter", "allreduce")
 
 
@@ -49,7 +51,8 @@ def main(names: list[str]) -> None:
         topo = TOPOLOGIES[name]()
         for collective in COLLECTIVES:
             start = time.perf_counter()
-            program = synthesize(collective, topo, pieces=PIECES)
+            pieces = PIECES.get(name, DEFAULT_PIECES)
+            program = synthesize(collective, topo, pieces=pieces)
             elapsed = time.perf_counter() - start
             bound = lower_bound(collective, topo, SIZE).algbw / 1e9
             got = _algbw(program, topo)

@@ -11,7 +11,8 @@
 from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, alltoall_program
 from commflow.synth.api import ALLTOALL_CHUNKS, DEFAULT_PIECES, OBJECTIVES, synthesize
 from commflow.synth.links import LogicalEdges, logical_edges
-from commflow.synth.lower import apportion, lower
+from commflow.synth.lower import lower
+from commflow.synth.rounding import apportion
 from commflow.synth.steps import StepSchedule, pareto, schedule_program, solve_instance
 from commflow.synth.trees import TreePacking, WeightedTree, integral_shares, pack_trees
 

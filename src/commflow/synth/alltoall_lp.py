@@ -18,7 +18,7 @@ from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program, ProgramBuilder, inp, out, scr
 from commflow.synth.links import LogicalEdges
-from commflow.synth.lower import apportion
+from commflow.synth.rounding import apportion
 
 _EPS = 1e-9
 

@@ -21,18 +21,8 @@ from commflow.algorithms.trees import Tree
 from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Op, Program, Ref, inp, make_program, out, scr
+from commflow.synth.rounding import apportion
 from commflow.synth.trees import WeightedTree
-
-
-def apportion(weights: Sequence[float], chunks: int) -> list[int]:
-    """Integer chunk counts summing to ``chunks`` proportional to ``weights`` (largest
-    remainders, ties to the earlier weight)."""
-    w = np.asarray(weights, dtype=np.float64)
-    quota = w / w.sum() * chunks
-    counts = np.floor(quota).astype(np.int64)
-    order = np.argsort(-(quota - counts), kind="stable")
-    counts[order[: chunks - int(counts.sum())]] += 1
-    return counts.tolist()
 
 
 def _down(
@@ -85,7 +75,7 @@ def _shares(trees: Sequence[WeightedTree], units: int) -> list[Tree]:
 
 class _Template:
     """The steps of piece 0 of every share, recorded as rows with in-template dependencies
-    (the ``ProgramBuilder`` methods the tree phases use); :meth:`program` repeats them for
+    (the ``ProgramBuilder`` methods the tree phases use); :meth:`columns` repeats them for
     every piece, each piece's chunk offsets one higher."""
 
     def __init__(self) -> None:

@@ -27,6 +27,7 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from commflow.errors import AlgorithmError
 from commflow.synth.links import LogicalEdges
+from commflow.synth.rounding import apportion
 
 _TOLERANCE = 1e-9
 """Relative reduced cost below which a tree counts as improving."""
@@ -130,8 +131,6 @@ def integral_shares(
     wins; when none does, or after ``budget`` seconds, the best rounding seen. Returned
     weights are ``count / units``.
     """
-    from commflow.synth.lower import apportion
-
     candidates = packing.candidates
     loads = _loads(edges, candidates)
     roots = sorted({t.root for t in candidates})

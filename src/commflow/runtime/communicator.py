@@ -83,7 +83,10 @@ class Communicator:
         self._worker: ThreadPoolExecutor | None = None
         self._scratch_buffers: dict[str, np.ndarray] = {}
         self._signatures: dict[tuple, Signature] = {}
-        world = self.ranks == list(range(spec.size)) and spec.local_size == spec.size
+        # Only the world communicator owns the host's staging areas and flags: a sub-communicator
+        # over the same ranks (split with one color, a torch group of every rank) would share them.
+        world = comm_id == 0 and self.ranks == list(range(spec.size)) \
+            and spec.local_size == spec.size
         self._fast = fastpath.SharedBufferPaths(
             lambda seq, sig, dt: transport.endpoint(seq, sig, dt, self.ranks, comm_id),
             self.size, self.rank) if world and transport.host.layout.stage_bytes else None

@@ -31,6 +31,8 @@ from commflow.synth.rounding import apportion
 
 _TOLERANCE = 1e-9
 """Relative reduced cost below which a tree counts as improving."""
+_TIE = 1e-6
+"""Relative cost per hop from the root that breaks ties towards shallow trees."""
 
 
 @dataclass(frozen=True)
@@ -199,18 +201,34 @@ def _column(edges, seconds, root, parent) -> tuple[int, tuple[int, ...], np.ndar
 
 
 def _arborescence(edges: LogicalEdges, root: int, cost: np.ndarray) -> tuple[int, ...]:
-    """Parents of the cheapest spanning out-tree rooted at ``root`` under edge ``cost``.
+    """Parents of the cheapest spanning out-tree rooted at ``root`` under edge ``cost``; among
+    trees of (nearly) equal cost, shallow ones: an edge leaving a rank ``h`` hops from the
+    root costs ``h * TIE`` more (relative to the largest cost), and shallow trees pipeline
+    with less fill and drain.
 
     Raises ``AlgorithmError`` when ``root`` cannot reach every rank over the edges."""
     n = edges.nranks
+    hops = _hops(edges, root)
     weights = np.full((n, n), np.inf)
-    weights[edges.src, edges.dst] = cost
+    weights[edges.src, edges.dst] = cost + _TIE * max(float(cost.max()), 1e-300) * hops[edges.src]
     parent = _edmonds(weights, root)
     if parent is None:
         raise AlgorithmError(
             f"{edges.topology.name}: rank {root} cannot reach every rank over logical edges"
         )
     return tuple(int(p) for p in parent)
+
+
+def _hops(edges: LogicalEdges, root: int) -> np.ndarray:
+    """Fewest logical edges from ``root`` to every rank."""
+    hops = np.full(edges.nranks, edges.nranks, dtype=np.float64)
+    hops[root] = 0
+    frontier = [root]
+    while frontier:
+        reached = np.isin(edges.src, frontier) & (hops[edges.dst] == edges.nranks)
+        frontier = np.unique(edges.dst[reached]).tolist()
+        hops[frontier] = hops[edges.src[reached]].min() + 1 if frontier else 0
+    return hops
 
 
 def _edmonds(weights: np.ndarray, root: int) -> np.ndarray | None:

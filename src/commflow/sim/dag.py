@@ -152,14 +152,19 @@ class Sweep:
         predecessor this was join the next wave."""
         g = self.graph
         self.completed += len(steps)
+        indegree = self.indegree
+        # channel successors and matched receives are each distinct within a wave, so a
+        # plain fancy-index decrement is exact for them; dependencies may repeat
         succ = [steps[(codes & LAST) == 0] + 1, g.partner[steps[(codes & SEND) != 0]]]
+        for distinct in succ:
+            indegree[distinct] -= _ONE
         if g.has_deps:
             lo = np.searchsorted(g.dep_target, steps, side="left")
             hi = np.searchsorted(g.dep_target, steps, side="right")
-            succ.append(g.dep_owner[gather_ranges(lo, hi)[1]])
+            owners = g.dep_owner[gather_ranges(lo, hi)[1]]
+            np.subtract.at(indegree, owners, _ONE)
+            succ.append(owners)
         succ = np.concatenate(succ)
-        indegree = self.indegree
-        np.subtract.at(indegree, succ, _ONE)
         ready = succ[indegree[succ] == 0]
         if len(ready):
             # A step with several predecessors in this wave appears once per predecessor:

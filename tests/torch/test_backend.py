@@ -105,6 +105,20 @@ def _every_call() -> dict[str, object]:
     dist.all_to_all(outs, [torch.full((rows(r, j),), 100 * r + j) for j in range(n)])
     out["all_to_all"] = [o.tolist() for o in outs]
     dist.barrier()
+    objects: list[object] = [None] * n
+    dist.all_gather_object(objects, {"rank": r, "text": "a" * (r + 1)})  # uneven pickles
+    listed: list[object] = [("from", r)]
+    dist.broadcast_object_list(listed, src=n - 1)
+    out["objects"] = (objects, listed)
+
+    everyone = dist.new_group()  # a communicator of its own beside the world's, same ranks
+    sums = []
+    for i in range(10):
+        dist.broadcast(torch.full((3,), float(r)), src=n - 1)
+        x = torch.full((2,), float(i + r))
+        dist.all_reduce(x, group=everyone)
+        sums.append(x[0].item())
+    out["every_rank_group"] = sums
 
     sub = dist.new_group([0, n - 1])
     t = torch.full((1,), float(r))
@@ -188,6 +202,20 @@ def test_all_to_all_even_and_uneven(world):
             [100.0 * i + r] * 2 for i in range(n) for _ in range(rows(i, r))
         ]
         assert res["all_to_all"] == [[100 * i + r] * rows(i, r) for i in range(n)]
+
+
+def test_object_collectives(world):
+    n, results = world
+    for res in results:
+        objects, listed = res["objects"]
+        assert objects == [{"rank": j, "text": "a" * (j + 1)} for j in range(n)]
+        assert listed == [("from", n - 1)]
+
+
+def test_group_of_every_rank_interleaves_with_the_world(world):
+    n, results = world
+    for res in results:
+        assert res["every_rank_group"] == [n * i + n * (n - 1) / 2 for i in range(10)]
 
 
 def test_subgroup_runs_among_its_members_only(world):

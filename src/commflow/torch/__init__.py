@@ -10,13 +10,20 @@ with one import and one word::
 
 ``dist.new_group(ranks, backend="commflow")`` gives sub-groups; ``COMMFLOW_ALGO`` or
 :func:`use_algorithms` choose algorithms; :mod:`commflow.torch.hooks` routes DDP buckets through
-commflow from any backend (gloo included), optionally compressed. This is the only part of
-commflow that imports torch.
+commflow from any backend (gloo included), optionally compressed. Importing this package imports
+torch; ``import commflow`` alone does not.
 """
 
 import torch.distributed as dist
 
-from commflow.torch.algo import ENV_VAR, algorithm_for, parse_algorithms, use_algorithms
+from commflow.torch import hooks
+from commflow.torch.algo import (
+    ENV_VAR,
+    algorithm_for,
+    check_algorithm,
+    parse_algorithms,
+    use_algorithms,
+)
 from commflow.torch.backend import BACKEND, CommflowProcessGroup, create_backend
 from commflow.torch.work import CommflowWork
 
@@ -28,7 +35,9 @@ __all__ = [
     "CommflowProcessGroup",
     "CommflowWork",
     "algorithm_for",
+    "check_algorithm",
     "create_backend",
+    "hooks",
     "parse_algorithms",
     "use_algorithms",
 ]

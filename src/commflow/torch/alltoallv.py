@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from commflow.errors import CommflowError
 from commflow.runtime import Communicator
@@ -59,6 +60,23 @@ def alltoallv(
     got = comm.alltoall(padded.reshape(-1), algo=algo, timeout=timeout).reshape(n, block)
     for i, (lo, hi) in enumerate(_spans(recv_counts)):
         recv[lo:hi] = got[i, : hi - lo]
+
+
+def split_counts(tensor: torch.Tensor, splits: Sequence[int], nranks: int, what: str) -> list[int]:
+    """Elements per rank of ``tensor`` cut along its first dimension by ``splits`` (rows per
+    rank; empty: even). Raises ``CommflowError`` (prefixed by ``what``) when the splits are
+    not ``nranks`` numbers summing to the rows, or empty splits do not divide them."""
+    rows = tensor.shape[0] if tensor.dim() else 1
+    row = tensor.numel() // rows if rows else 0
+    if not splits:
+        if rows % nranks:
+            raise CommflowError(f"{what} has {rows} rows, not divisible into {nranks} even splits")
+        splits = [rows // nranks] * nranks
+    if len(splits) != nranks or sum(splits) != rows:
+        raise CommflowError(
+            f"{what} split sizes {list(splits)} must be {nranks} numbers summing to the {rows} rows"
+        )
+    return [int(s) * row for s in splits]
 
 
 def _spans(counts: Sequence[int]) -> list[tuple[int, int]]:

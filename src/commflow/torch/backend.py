@@ -22,10 +22,10 @@ from commflow.runtime import Communicator
 from commflow.runtime.arrays import as_numpy
 from commflow.runtime.ops import reducer
 from commflow.torch.algo import algorithm_for
-from commflow.torch.alltoallv import alltoallv
-from commflow.torch.engine import Engine, new_world, subgroup
+from commflow.torch.alltoallv import alltoallv, split_counts
 from commflow.torch.p2p import Message
 from commflow.torch.work import CommflowWork
+from commflow.torch.world import World, new_world, subgroup
 
 BACKEND = "commflow"
 """The backend's name in ``dist.init_process_group`` and ``dist.new_group``."""
@@ -46,9 +46,11 @@ def _one(items: Sequence, call: str):
     return items[0]
 
 
-def _seconds(opts) -> float | None:
+def _how(collective: Collective, opts) -> dict[str, object]:
+    """The communicator's ``algo`` and ``timeout`` (s; None: the group's) for one call."""
     timeout = getattr(opts, "timeout", None)
-    return timeout.total_seconds() if timeout and timeout.total_seconds() > 0 else None
+    seconds = timeout.total_seconds() if timeout and timeout.total_seconds() > 0 else None
+    return {"algo": algorithm_for(collective), "timeout": seconds}
 
 
 def _unsupported(call: str, hint: str) -> Callable:
@@ -62,12 +64,12 @@ def _unsupported(call: str, hint: str) -> Callable:
 class CommflowProcessGroup(dist.ProcessGroup):
     """A torch.distributed process group over a commflow communicator (CPU tensors)."""
 
-    def __init__(self, engine: Engine, comm: Communicator) -> None:
+    def __init__(self, world: World, comm: Communicator) -> None:
         super().__init__(comm.rank, comm.size)
-        self.engine = engine
+        self.world = world
         self.comm = comm
         self._open = True
-        engine.attach()
+        world.attach()
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         """``"commflow"``."""
@@ -80,19 +82,19 @@ class CommflowProcessGroup(dist.ProcessGroup):
     def _what(self, call: str) -> str:
         return f"commflow {call} on rank {self.comm.rank} of {self.comm.size}"
 
-    def _run(self, call: str, job: Callable[[], None], outputs: list) -> CommflowWork:
+    def _run(self, call: str, job: Callable[[], object], outputs: list) -> CommflowWork:
         def run() -> list:
             job()
             return outputs
 
-        return CommflowWork(self.engine.submit(run), self._what(call))
+        return CommflowWork(self.world.submit(run), self._what(call))
 
     def _op(self, opts, call: str, array: np.ndarray) -> str:
         red = opts.reduceOp.op
         if red not in _OPS:
             raise NotImplementedError(
-                f"commflow backend: {call} with ReduceOp.{red.name} is "
-                f"not supported; use SUM, PRODUCT, MIN, MAX or AVG"
+                f"commflow backend: {call} with ReduceOp.{red.name} is not supported; use SUM, "
+                f"PRODUCT, MIN, MAX or AVG"
             )
         reducer(_OPS[red], array.dtype)
         return _OPS[red]
@@ -105,16 +107,13 @@ class CommflowProcessGroup(dist.ProcessGroup):
         return root
 
     def _blocks(
-        self,
-        tensors: Sequence[torch.Tensor],
-        like: np.ndarray,
-        call: str,
+        self, tensors: Sequence[torch.Tensor], like: np.ndarray, call: str
     ) -> list[np.ndarray]:
         """Views of the per-rank tensors of a list-style call, checked against ``like``."""
         if len(tensors) != self.comm.size:
             raise CommflowError(
-                f"{self._what(call)}: expected {self.comm.size} tensors (one per "
-                f"rank), got {len(tensors)}"
+                f"{self._what(call)}: expected {self.comm.size} tensors (one per rank), got "
+                f"{len(tensors)}"
             )
         views = [_flat(t, f"{call} tensor {i}") for i, t in enumerate(tensors)]
         for i, v in enumerate(views):
@@ -128,10 +127,14 @@ class CommflowProcessGroup(dist.ProcessGroup):
     def _sized(self, big: np.ndarray, small: np.ndarray, call: str) -> None:
         if big.size != self.comm.size * small.size or big.dtype != small.dtype:
             raise CommflowError(
-                f"{self._what(call)}: the large tensor must hold group size "
-                f"({self.comm.size}) x {small.size} elements of {small.dtype}, "
-                f"got {big.size} of {big.dtype}"
+                f"{self._what(call)}: the large tensor must hold group size ({self.comm.size}) "
+                f"x {small.size} elements of {small.dtype}, got {big.size} of {big.dtype}"
             )
+
+    def _each(self, call, outputs: list, inputs: list, opts) -> CommflowWork:
+        """``call`` on each output/input pair; the last Work completes after all of them."""
+        works = [call(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+        return works[-1] if works else self._run("nothing", lambda: None, [])
 
     # -- reductions -------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts=None) -> CommflowWork:
@@ -139,11 +142,11 @@ class CommflowProcessGroup(dist.ProcessGroup):
         opts = opts or dist.AllreduceOptions()
         views = [_flat(t, "all_reduce tensor") for t in tensors]
         op = self._op(opts, "all_reduce", views[0]) if views else "sum"
-        algo, timeout = algorithm_for(Collective.ALLREDUCE), _seconds(opts)
+        how = _how(Collective.ALLREDUCE, opts)
 
         def job() -> None:
             for v in views:
-                self.comm.allreduce(v, op, algo=algo, out=v, timeout=timeout)
+                self.comm.allreduce(v, op, out=v, **how)
 
         return self._run("all_reduce", job, tensors)
 
@@ -156,230 +159,150 @@ class CommflowProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceOptions()
         view = _flat(_one(tensors, "reduce"), "reduce tensor")
         op, root = self._op(opts, "reduce", view), self._root(opts.rootRank, "reduce")
-        algo, timeout = algorithm_for(Collective.REDUCE), _seconds(opts)
-        return self._run(
-            "reduce", lambda: self.comm.reduce(view, root, op, algo=algo, timeout=timeout), tensors
-        )
+        how = _how(Collective.REDUCE, opts)
+        return self._run("reduce", lambda: self.comm.reduce(view, root, op, **how), tensors)
 
-    def reduce_scatter(
-        self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts=None
-    ) -> CommflowWork:
-        """Reduce the ranks' lists and keep this rank's entry (``dist.reduce_scatter``)."""
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None) -> CommflowWork:
+        """Reduce the ranks' lists ``input_tensors[0]`` and keep this rank's entry in
+        ``output_tensors[0]`` (``dist.reduce_scatter``)."""
         out = _flat(_one(output_tensors, "reduce_scatter"), "reduce_scatter output")
         blocks = self._blocks(_one(input_tensors, "reduce_scatter"), out, "reduce_scatter")
         return self._reduce_scatter(out, lambda: np.concatenate(blocks), opts, output_tensors)
 
-    def reduce_scatter_single(
-        self,
-        output: torch.Tensor,
-        input: torch.Tensor,  # noqa: A002
-        opts=None,
-    ) -> CommflowWork:
-        """Reduce ``input`` and keep this rank's block (``dist.reduce_scatter_tensor``)."""
+    def reduce_scatter_single(self, output, input, opts=None) -> CommflowWork:  # noqa: A002
+        """Reduce ``input`` and keep this rank's block (``dist.reduce_scatter_single``)."""
         out, whole = _flat(output, "reduce_scatter output"), _flat(input, "reduce_scatter input")
-        self._sized(whole, out, "reduce_scatter_tensor")
+        self._sized(whole, out, "reduce_scatter_single")
         return self._reduce_scatter(out, lambda: whole, opts, [output])
 
-    def _reduce_scatter(
-        self, out: np.ndarray, whole: Callable[[], np.ndarray], opts, outputs: list
-    ) -> CommflowWork:
+    def _reduce_scatter(self, out: np.ndarray, whole, opts, outputs: list) -> CommflowWork:
         opts = opts or dist.ReduceScatterOptions()
-        op = self._op(opts, "reduce_scatter", out)
-        algo, timeout = algorithm_for(Collective.REDUCESCATTER), _seconds(opts)
+        op, how = self._op(opts, "reduce_scatter", out), _how(Collective.REDUCESCATTER, opts)
         return self._run(
-            "reduce_scatter",
-            lambda: self.comm.reduce_scatter(whole(), op, algo=algo, out=out, timeout=timeout),
-            outputs,
+            "reduce_scatter", lambda: self.comm.reduce_scatter(whole(), op, out=out, **how), outputs
         )
 
-    def reduce_scatter_single_coalesced(
-        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts=None
-    ) -> CommflowWork:
-        """``reduce_scatter_tensor`` on each pair; the Work covers them all."""
-        works = [
-            self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)
-        ]
-        return works[-1] if works else self._run("reduce_scatter", lambda: None, [])
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None) -> CommflowWork:
+        """``reduce_scatter_single`` on each pair."""
+        return self._each(self.reduce_scatter_single, outputs, inputs, opts)
 
     # -- data movement ----------------------------------------------------------------------
     def broadcast(self, tensors: list[torch.Tensor], opts=None) -> CommflowWork:
         """Copy the root's tensor to every rank (``dist.broadcast``)."""
         opts = opts or dist.BroadcastOptions()
         view = _flat(_one(tensors, "broadcast"), "broadcast tensor")
-        root = self._root(opts.rootRank, "broadcast")
-        algo, timeout = algorithm_for(Collective.BROADCAST), _seconds(opts)
-        return self._run(
-            "broadcast",
-            lambda: self.comm.broadcast(view, root, algo=algo, timeout=timeout),
-            tensors,
-        )
+        root, how = self._root(opts.rootRank, "broadcast"), _how(Collective.BROADCAST, opts)
+        return self._run("broadcast", lambda: self.comm.broadcast(view, root, **how), tensors)
 
-    def allgather(
-        self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts=None
-    ) -> CommflowWork:
-        """Gather every rank's tensor into each rank's list (``dist.all_gather``)."""
+    def allgather(self, output_tensors, input_tensors, opts=None) -> CommflowWork:
+        """Gather every rank's ``input_tensors[0]`` into each rank's list
+        ``output_tensors[0]`` (``dist.all_gather``)."""
         x = _flat(_one(input_tensors, "all_gather"), "all_gather input")
         outs = self._blocks(_one(output_tensors, "all_gather"), x, "all_gather")
-        algo, timeout = algorithm_for(Collective.ALLGATHER), _seconds(opts)
+        how = _how(Collective.ALLGATHER, opts)
 
         def job() -> None:
-            gathered = self.comm.allgather(x, algo=algo, timeout=timeout).reshape(len(outs), -1)
-            for out, part in zip(outs, gathered, strict=True):
+            for out, part in zip(
+                outs, self.comm.allgather(x, **how).reshape(len(outs), -1), strict=True
+            ):
                 out[:] = part
 
         return self._run("all_gather", job, output_tensors)
 
-    def all_gather_single(
-        self,
-        output: torch.Tensor,
-        input: torch.Tensor,  # noqa: A002
-        opts=None,
-    ) -> CommflowWork:
-        """Gather every rank's tensor into one (``dist.all_gather_into_tensor``)."""
+    def all_gather_single(self, output, input, opts=None) -> CommflowWork:  # noqa: A002
+        """Gather every rank's tensor into one (``dist.all_gather_single``)."""
         out, x = _flat(output, "all_gather output"), _flat(input, "all_gather input")
-        self._sized(out, x, "all_gather_into_tensor")
-        algo, timeout = algorithm_for(Collective.ALLGATHER), _seconds(opts)
-        return self._run(
-            "all_gather_into_tensor",
-            lambda: self.comm.allgather(x, algo=algo, out=out, timeout=timeout),
-            [output],
-        )
+        self._sized(out, x, "all_gather_single")
+        how = _how(Collective.ALLGATHER, opts)
+        return self._run("all_gather", lambda: self.comm.allgather(x, out=out, **how), [output])
 
-    def all_gather_single_coalesced(
-        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts=None
-    ) -> CommflowWork:
-        """``all_gather_into_tensor`` on each pair; the Work covers them all."""
-        works = [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
-        return works[-1] if works else self._run("all_gather", lambda: None, [])
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None) -> CommflowWork:
+        """``all_gather_single`` on each pair."""
+        return self._each(self.all_gather_single, outputs, inputs, opts)
 
-    def gather(
-        self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts=None
-    ) -> CommflowWork:
-        """Gather every rank's tensor into the root's list (``dist.gather``)."""
+    def gather(self, output_tensors, input_tensors, opts=None) -> CommflowWork:
+        """Gather every rank's ``input_tensors[0]`` into the root's list ``output_tensors[0]``
+        (``dist.gather``)."""
         opts = opts or dist.GatherOptions()
         x = _flat(_one(input_tensors, "gather"), "gather input")
-        root = self._root(opts.rootRank, "gather")
-        outs = (
-            self._blocks(_one(output_tensors, "gather"), x, "gather")
-            if self.comm.rank == root
-            else []
-        )
-        algo, timeout = algorithm_for(Collective.GATHER), _seconds(opts)
+        root, how = self._root(opts.rootRank, "gather"), _how(Collective.GATHER, opts)
+        mine = self.comm.rank == root
+        outs = self._blocks(_one(output_tensors, "gather"), x, "gather") if mine else []
 
         def job() -> None:
-            gathered = self.comm.gather(x, root, algo=algo, timeout=timeout)
+            gathered = self.comm.gather(x, root, **how)
             for out, part in zip(
-                outs, gathered.reshape(len(outs), -1) if outs else [], strict=True
+                outs, gathered.reshape(len(outs), -1) if mine else [], strict=True
             ):
                 out[:] = part
 
         return self._run("gather", job, output_tensors)
 
-    def scatter(
-        self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts=None
-    ) -> CommflowWork:
-        """Give rank j the j-th tensor of the root's list (``dist.scatter``)."""
+    def scatter(self, output_tensors, input_tensors, opts=None) -> CommflowWork:
+        """Give rank j the j-th tensor of the root's list ``input_tensors[0]``
+        (``dist.scatter``)."""
         opts = opts or dist.ScatterOptions()
         out = _flat(_one(output_tensors, "scatter"), "scatter output")
-        root = self._root(opts.rootRank, "scatter")
-        ins = (
-            self._blocks(_one(input_tensors, "scatter"), out, "scatter")
-            if self.comm.rank == root
-            else []
-        )
-        algo, timeout = algorithm_for(Collective.SCATTER), _seconds(opts)
+        root, how = self._root(opts.rootRank, "scatter"), _how(Collective.SCATTER, opts)
+        mine = self.comm.rank == root
+        ins = self._blocks(_one(input_tensors, "scatter"), out, "scatter") if mine else []
 
         def job() -> None:
             whole = np.concatenate(ins) if ins else np.empty(self.comm.size * out.size, out.dtype)
-            self.comm.scatter(whole, root, algo=algo, out=out, timeout=timeout)
+            self.comm.scatter(whole, root, out=out, **how)
 
         return self._run("scatter", job, output_tensors)
 
     def all_to_all_single(
         self,
-        output: torch.Tensor,
-        input: torch.Tensor,  # noqa: A002
-        output_split_sizes: list[int],
-        input_split_sizes: list[int],
+        output,
+        input,
+        output_split_sizes,
+        input_split_sizes,  # noqa: A002
         opts=None,
     ) -> CommflowWork:
         """Exchange blocks of the first dimension, even or by split sizes
         (``dist.all_to_all_single``)."""
         out, x = _flat(output, "all_to_all output"), _flat(input, "all_to_all input")
-        algo, timeout = algorithm_for(Collective.ALLTOALL), _seconds(opts)
+        how, n = _how(Collective.ALLTOALL, opts), self.comm.size
+        what = self._what("all_to_all_single")
         if not output_split_sizes and not input_split_sizes:
-            if out.size != x.size or out.dtype != x.dtype or x.size % self.comm.size:
+            if out.size != x.size or out.dtype != x.dtype or x.size % n:
                 raise CommflowError(
-                    f"{self._what('all_to_all_single')}: input and output "
-                    f"must match and split evenly into {self.comm.size} blocks"
+                    f"{what}: input and output must match and split evenly into {n} blocks"
                 )
-            return self._run(
-                "all_to_all_single",
-                lambda: self.comm.alltoall(x, algo=algo, out=out, timeout=timeout),
-                [output],
-            )
-        send = self._counts(input, input_split_sizes, "input")
-        recv = self._counts(output, output_split_sizes, "output")
+            return self._run("all_to_all", lambda: self.comm.alltoall(x, out=out, **how), [output])
+        send = split_counts(input, input_split_sizes, n, f"{what}: input")
+        recv = split_counts(output, output_split_sizes, n, f"{what}: output")
         return self._run(
-            "all_to_all_single",
-            lambda: alltoallv(self.comm, x, send, out, recv, algo=algo, timeout=timeout),
-            [output],
+            "all_to_all", lambda: alltoallv(self.comm, x, send, out, recv, **how), [output]
         )
 
-    def _counts(self, tensor: torch.Tensor, splits: list[int], side: str) -> list[int]:
-        """Element counts per rank from split sizes of the first dimension (even if none)."""
-        rows = tensor.shape[0] if tensor.dim() else 1
-        row = tensor.numel() // rows if rows else 0
-        if not splits:
-            if rows % self.comm.size:
-                raise CommflowError(
-                    f"{self._what('all_to_all_single')}: {side} has {rows} "
-                    f"rows, not divisible into {self.comm.size} even splits"
-                )
-            splits = [rows // self.comm.size] * self.comm.size
-        if len(splits) != self.comm.size or sum(splits) != rows:
-            raise CommflowError(
-                f"{self._what('all_to_all_single')}: {side} split sizes "
-                f"{list(splits)} must be {self.comm.size} numbers summing to "
-                f"the {rows} rows"
-            )
-        return [int(s) * row for s in splits]
-
-    def alltoall(
-        self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts=None
-    ) -> CommflowWork:
+    def alltoall(self, output_tensors, input_tensors, opts=None) -> CommflowWork:
         """Send the j-th input tensor to rank j, any sizes (``dist.all_to_all``)."""
         ins = [_flat(t, f"all_to_all input {j}") for j, t in enumerate(input_tensors)]
         outs = [_flat(t, f"all_to_all output {i}") for i, t in enumerate(output_tensors)]
         if len(ins) != self.comm.size or len(outs) != self.comm.size:
             raise CommflowError(
-                f"{self._what('all_to_all')}: pass {self.comm.size} input and "
-                f"{self.comm.size} output tensors"
+                f"{self._what('all_to_all')}: pass {self.comm.size} input and {self.comm.size} "
+                f"output tensors"
             )
         if len({a.dtype for a in ins + outs}) > 1:
             raise CommflowError(f"{self._what('all_to_all')}: all tensors must share a dtype")
-        algo, timeout = algorithm_for(Collective.ALLTOALL), _seconds(opts)
+        how = _how(Collective.ALLTOALL, opts)
+        sizes = [o.size for o in outs]
 
         def job() -> None:
-            recv = np.empty(sum(o.size for o in outs), outs[0].dtype)
-            alltoallv(
-                self.comm,
-                np.concatenate(ins),
-                [a.size for a in ins],
-                recv,
-                [o.size for o in outs],
-                algo=algo,
-                timeout=timeout,
-            )
-            ends = np.cumsum([o.size for o in outs])
-            for out, end in zip(outs, ends, strict=True):
+            recv = np.empty(sum(sizes), outs[0].dtype)
+            alltoallv(self.comm, np.concatenate(ins), [a.size for a in ins], recv, sizes, **how)
+            for out, end in zip(outs, np.cumsum(sizes), strict=True):
                 out[:] = recv[end - out.size : end]
 
         return self._run("all_to_all", job, output_tensors)
 
     def barrier(self, opts=None) -> CommflowWork:
         """Complete once every rank of the group called ``barrier``."""
-        timeout = _seconds(opts)
+        timeout = _how(Collective.ALLREDUCE, opts)["timeout"]
         return self._run("barrier", lambda: self.comm.barrier(timeout=timeout), [])
 
     # -- point to point ---------------------------------------------------------------------
@@ -391,18 +314,16 @@ class CommflowProcessGroup(dist.ProcessGroup):
         """Receive from group rank ``srcRank`` (``dist.irecv``/``recv``); see :mod:`.p2p`."""
         return self._message(tensors, srcRank, tag, sending=False)
 
-    def _message(
-        self, tensors: list[torch.Tensor], peer: int, tag: int, *, sending: bool
-    ) -> CommflowWork:
+    def _message(self, tensors, peer: int, tag: int, *, sending: bool) -> CommflowWork:
         call = f"{'send to' if sending else 'recv from'} rank {peer} (tag {tag})"
         if not 0 <= peer < self.comm.size:
             raise CommflowError(
                 f"{self._what(call)}: peer must be a group rank in 0..{self.comm.size - 1}"
             )
         message = Message(self.comm, peer, tag, _one(tensors, call), sending, self._what(call))
-        return CommflowWork(self.engine.hold(message), message.what, start=self.engine.flush)
+        return CommflowWork(self.world.hold(message), message.what, start=self.world.flush)
 
-    # -- coalescing, aliases, unsupported, shutdown ------------------------------------------
+    # -- coalescing, older names, unsupported calls, shutdown -------------------------------
     def _start_coalescing(self, device: torch.device) -> None:
         """Nothing to do: operations already run in issue order."""
 
@@ -418,7 +339,7 @@ class CommflowProcessGroup(dist.ProcessGroup):
 
     recv_anysource = _unsupported("recv from any source", "pass src to recv/irecv")
     allgather_coalesced = _unsupported(
-        "all_gather_coalesced", "call all_gather per tensor or all_gather_into_tensor"
+        "all_gather_coalesced", "call all_gather per tensor or all_gather_single"
     )
     split_group = _unsupported("split_group", "use dist.new_group(ranks, backend='commflow')")
     merge_remote_group = _unsupported("merge_remote_group", "create one job with every rank")
@@ -428,7 +349,7 @@ class CommflowProcessGroup(dist.ProcessGroup):
         group (``dist.destroy_process_group`` calls this)."""
         if self._open:
             self._open = False
-            self.engine.detach()
+            self.world.detach()
 
 
 def create_backend(options, pg_options=None) -> CommflowProcessGroup:
@@ -438,15 +359,15 @@ def create_backend(options, pg_options=None) -> CommflowProcessGroup:
     ranks = list(options.global_ranks_in_group)
     default = dist.group.WORLD if dist.is_initialized() else None
     if ranks and isinstance(default, CommflowProcessGroup):
-        engine = default.engine
-        comm = subgroup(engine, ranks, options.group_id, options.timeout)
+        world = default.world
+        comm = subgroup(world, ranks, options.group_id, options.timeout)
     else:
-        engine = new_world(
+        world = new_world(
             options.store,
             options.group_rank,
             options.group_size,
             options.timeout,
             placement=not ranks,
         )
-        comm = engine.comm
-    return CommflowProcessGroup(engine, comm)
+        comm = world.comm
+    return CommflowProcessGroup(world, comm)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from commflow.errors import CommflowError
-from commflow.runtime import CommMismatchError, Communicator
+from commflow.runtime import CommMismatchError, CommProtocolError, Communicator
 from commflow.torch.work import Outcome, Progress
 
 
@@ -72,7 +72,7 @@ class Message:
 
 class PointToPoint:
     """Held messages of one commflow world, and the messages set aside by tag. Not
-    thread-safe: the engine calls :meth:`hold` and :meth:`flush` under its lock; batches run on
+    thread-safe: the world calls :meth:`hold` and :meth:`flush` under its lock; batches run on
     the progress thread."""
 
     def __init__(self, progress: Progress) -> None:
@@ -129,6 +129,8 @@ class PointToPoint:
             header = np.empty(3, np.int64)
             m.comm.recv(header, m.peer)
             tag, nbytes, code = (int(v) for v in header)
+            if nbytes < 0:
+                raise CommProtocolError(f"{m.what}: message header announces {nbytes} bytes")
             if tag == m.tag and nbytes == m.data.size and code == m.code:
                 m.comm.recv(m.data, m.peer)
                 return

@@ -80,7 +80,9 @@ class Progress:
                 "dist.init_process_group('commflow')"
             ) from None
 
-    def settle(self, outcome: Outcome, value: object = None, error: Exception | None = None):
+    def settle(
+        self, outcome: Outcome, value: object = None, error: Exception | None = None
+    ) -> None:
         """Complete ``outcome`` with ``value``, or fail it with ``error``, from the pool."""
         self._completer.submit(outcome.complete, value, error)
 
@@ -110,7 +112,9 @@ class CommflowWork(dist.Work):
     the operation's error (``CommTimeoutError``, ``CommMismatchError``,
     ``CommAbortedError``, ...) in the calling thread."""
 
-    def __init__(self, outcome: Outcome, what: str, start: Callable[[], None] | None = None):
+    def __init__(
+        self, outcome: Outcome, what: str, start: Callable[[], None] | None = None
+    ) -> None:
         super().__init__()
         self._outcome = outcome
         self._what = what

@@ -26,7 +26,7 @@ from commflow.torch.work import Outcome, Progress
 _TOKEN_KEY = "commflow/job"
 
 
-class Engine:
+class World:
     """A commflow world: its communicator, the progress thread that runs the operations of
     every commflow process group built on it (in issue order), and their held messages."""
 
@@ -70,7 +70,7 @@ class Engine:
 
 
 def subgroup(
-    world: Engine, global_ranks: list[int], group_name: str, timeout: timedelta
+    world: World, global_ranks: list[int], group_name: str, timeout: timedelta
 ) -> Communicator:
     """The communicator of the world ranks ``global_ranks`` (in group-rank order) on
     ``world``'s transport; its id comes from torch's group name, the same on every member."""
@@ -85,7 +85,7 @@ def subgroup(
     )
 
 
-def new_world(store, rank: int, size: int, timeout: timedelta, *, placement: bool) -> Engine:
+def new_world(store, rank: int, size: int, timeout: timedelta, *, placement: bool) -> World:
     """Join a new commflow world of ``size`` ranks through ``store`` (rank 0 publishes the job
     token there). With ``placement``, this host's ranks come from torchrun's or commflow's
     environment when it describes the same world; otherwise all ranks share one host. Raises
@@ -99,7 +99,7 @@ def new_world(store, rank: int, size: int, timeout: timedelta, *, placement: boo
     comm = runtime.init(
         rank=rank, world_size=size, job=job, timeout=timeout.total_seconds(), **local
     )
-    return Engine(comm)
+    return World(comm)
 
 
 def _placement(rank: int, size: int) -> dict[str, int]:

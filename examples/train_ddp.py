@@ -19,7 +19,6 @@ measured as the extra forward+backward time over the same passes run under ``no_
 gradient exchange), relative to the whole step.
 """
 
-# ruff: noqa: I001  (tests/torch makes ruff file `torch` as first-party; see tests/torch/ruff.toml)
 from __future__ import annotations
 
 import argparse

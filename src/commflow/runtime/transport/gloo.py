@@ -9,6 +9,7 @@ each lane in order) and signals every completion; the engine never blocks on glo
 
 from __future__ import annotations
 
+import os
 import queue
 import socket
 import threading
@@ -94,6 +95,13 @@ class GlooWire:
                 f"mpirun -x do), or choose COMMFLOW_ENGINE=mpi under mpirun"
             ) from None
         wait = timedelta(seconds=timeout)
+        ifname = env.get("GLOO_SOCKET_IFNAME")
+        if ifname and not os.path.exists(f"/sys/class/net/{ifname}"):
+            have = ", ".join(sorted(os.listdir("/sys/class/net")))
+            raise CommflowError(
+                f"rank {rank}: gloo rendezvous at {addr}:{port}: GLOO_SOCKET_IFNAME={ifname} "
+                f"names no network interface of this host (it has: {have}); fix or unset it"
+            )
         try:
             if dist.is_initialized():
                 base = dist.distributed_c10d._get_default_store()
@@ -101,7 +109,6 @@ class GlooWire:
                 serve = rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
                 base = dist.TCPStore(addr, port, size, serve, timeout=wait, wait_for_workers=False)
             store = dist.PrefixStore(f"commflow/{job}/", base)
-            ifname = env.get("GLOO_SOCKET_IFNAME")
             device = (
                 dist.ProcessGroupGloo.create_device(interface=ifname)
                 if ifname

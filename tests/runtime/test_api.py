@@ -10,13 +10,18 @@ from .harness import run_world
 
 def _in_place(comm):
     n, r = comm.size, comm.rank
-    x = np.arange(12, dtype=np.int32) + r
-    same = comm.allreduce(x, out=x, algo="ring")
-    assert same is x
-    assert np.array_equal(x, np.arange(12) * n + sum(range(n)))
-    y = np.full(6 * n, r, dtype=np.float64)
-    z = comm.reduce_scatter(y, algo="halving_doubling")
-    assert np.array_equal(z, np.full(6, sum(range(n))))
+    for algo, rs_algo in (("ring", "halving_doubling"), ("shm", "shm")):
+        x = np.arange(3000, dtype=np.int32) + r
+        same = comm.allreduce(x, out=x, algo=algo)
+        assert same is x
+        assert np.array_equal(x, np.arange(3000) * n + sum(range(n)))
+        y = np.arange(6 * n, dtype=np.float64) + r
+        z = comm.reduce_scatter(y, algo=rs_algo, out=y[6 * r:6 * r + 6])
+        assert np.array_equal(z, np.arange(6 * r, 6 * r + 6) * n + sum(range(n)))
+        g = np.full(4 * n, -1, dtype=np.int32)
+        g[4 * r:4 * r + 4] = r
+        comm.allgather(g[4 * r:4 * r + 4], out=g, algo=algo)
+        assert np.array_equal(g, np.repeat(np.arange(n), 4))
     b = np.full(5, r, dtype=np.int64)
     comm.broadcast(b, root=n - 1)
     assert np.array_equal(b, np.full(5, n - 1))

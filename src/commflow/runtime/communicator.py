@@ -303,11 +303,12 @@ class Communicator:
                                call.algo, fast_path=self._fast is not None)
         root = call.root if coll in _ROOTED else None
         send, recv = flat(call.send), flat(call.recv)
-        if coll is not Collective.BROADCAST and np.may_share_memory(send, recv):
-            send = send.copy()
+        fast = name == fastpath.NAME
+        if not fast and coll is not Collective.BROADCAST and np.may_share_memory(send, recv):
+            send = send.copy()  # a program may read input it has already overwritten
         signature = self._signature(coll, dtype, nbytes, call.op, call.root, name)
         reduce = call.reduce
-        if name == fastpath.NAME:
+        if fast:
             if self._fast is None:
                 raise CommflowError(f"algo {name!r} runs only on the world communicator of "
                                     f"one host; use a program algorithm here")

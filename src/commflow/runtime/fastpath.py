@@ -14,11 +14,14 @@ for the following segment, i.e. finished reading the half. Flags carry the opera
 sequence number and signature: ranks that called different operations abort with
 ``CommMismatchError``.
 
-Applies to the world communicator when all its ranks share one host.
+Applies to the world communicator when all its ranks share one host. In-place calls need no
+copy of the input: a segment is staged before any of its output is written, and a rank writes
+only the part of its output that the staged segment covers.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -31,6 +34,9 @@ from commflow.runtime.protocol import Signature
 from commflow.runtime.transport.shm import ABORT_MISMATCH, ShmEndpoint
 
 NAME = "shm"
+SEGMENT = int(os.environ.get("COMMFLOW_SHM_SEGMENT", 512 << 10))
+"""Bytes staged per round: small enough that a segment is still in the caches when the peers
+read it (larger messages go through in several rounds)."""
 ONE_SHOT = 16 << 10
 """Allreduce segments up to this many bytes are reduced whole by every rank (one flag, no
 second pass), in rank order so every rank computes the same result."""
@@ -62,7 +68,7 @@ class SharedBufferPaths:
         n, me = self.n, self.me
         others = [r for r in range(n) if r != me]
         per_stage = n if collective is Collective.REDUCESCATTER else 1
-        seg = max(1, half_bytes // send.dtype.itemsize // per_stage)
+        seg = max(1, min(half_bytes, SEGMENT) // send.dtype.itemsize // per_stage)
         wait = lambda: self._phase(endpoint, seq, signature, deadline)  # noqa: E731
         for lo in range(0, max(unit, 1), seg):
             hi = min(unit, lo + seg)

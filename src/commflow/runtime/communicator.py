@@ -219,7 +219,7 @@ class Communicator:
     def barrier(self, *, timeout: float | None = None) -> None:
         """Return once every rank has called ``barrier``."""
         token = np.zeros(1, np.uint8)
-        self.allreduce(token, "max", algo="direct", out=token, timeout=timeout)
+        self.allreduce(token, "max", out=token, timeout=timeout)
 
     # -- point to point -------------------------------------------------------------------
     def send(self, x, dst: int, *, async_op: bool = False, timeout: float | None = None):

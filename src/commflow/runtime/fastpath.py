@@ -62,6 +62,9 @@ class SharedBufferPaths:
             reduce: Reducer, root: int, *, seq: int, signature: Signature,
             deadline: float) -> None:
         """Run ``collective`` on flat arrays (shapes as the communicator passes them)."""
+        if collective is Collective.ALLREDUCE and 0 < unit * send.dtype.itemsize <= ONE_SHOT:
+            self._small_allreduce(send, recv, unit, reduce, seq, signature, deadline)
+            return
         endpoint = self.endpoint_factory(seq, signature, send.dtype)
         host = endpoint.t.host
         half_bytes = host.layout.stage_bytes // 2
@@ -119,6 +122,22 @@ class SharedBufferPaths:
                 wait()
                 if me != root:
                     recv[lo:hi] = stages[root][:m]
+
+    def _small_allreduce(self, send: np.ndarray, recv: np.ndarray, unit: int, reduce: Reducer,
+                         seq: int, signature: Signature, deadline: float) -> None:
+        """One-shot allreduce of one segment: the latency path, kept short."""
+        endpoint = self.endpoint_factory(seq, signature, send.dtype)
+        host = endpoint.t.host
+        stages = self._stages(host, self.segments & 1, host.layout.stage_bytes // 2, send.dtype)
+        self.segments += 1
+        stages[self.me][:unit] = send
+        self._phase(endpoint, seq, signature, deadline)
+        if self.n == 2:
+            reduce(send, stages[1 - self.me][:unit], recv)
+            return
+        recv[...] = stages[0][:unit]
+        for r in range(1, self.n):
+            reduce(recv, stages[r][:unit], recv)
 
     def _stages(self, host, half: int, half_bytes: int, dtype: np.dtype) -> list[np.ndarray]:
         """Every rank's staging half ``half`` viewed as ``dtype`` (cached)."""

@@ -35,9 +35,17 @@ def run_world(fn: Callable, nranks: int, *args, timeout: float = 30.0,
     in which case the per-rank ``(ok, result_or_error_text)`` pairs are returned.
     """
     job = f"t{uuid.uuid4().hex[:12]}"
+    return run_ranks(_child, lambda r, queue: (fn, r, nranks, job, timeout, queue, args),
+                     nranks, timeout=timeout, expect_failure=expect_failure)
+
+
+def run_ranks(target: Callable, make_args: Callable, nranks: int, *, timeout: float,
+              expect_failure: bool) -> list:
+    """Fork ``nranks`` processes running ``target(*make_args(rank, queue))``; each puts
+    ``(rank, ok, value)`` on the queue. Collects them (a rank that dies without reporting
+    counts as failed), then returns values as :func:`run_world` does."""
     queue = _CTX.Queue()
-    procs = [_CTX.Process(target=_child, args=(fn, r, nranks, job, timeout, queue, args))
-             for r in range(nranks)]
+    procs = [_CTX.Process(target=target, args=make_args(r, queue)) for r in range(nranks)]
     for p in procs:
         p.start()
     results: dict[int, tuple[bool, object]] = {}

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import queue as queue_module
 import socket
-import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
 
 import torch._dynamo  # noqa: F401  (DDP imports it on first use: once here, not per rank)
 
-_CTX = mp.get_context("fork")
+from ..runtime.harness import run_ranks
 
 
 def free_port() -> int:
@@ -78,37 +75,5 @@ def run_group(
     Raises ``AssertionError`` with every failing rank's traceback unless ``expect_failure``,
     in which case the per-rank ``(ok, result_or_error_text)`` pairs are returned."""
     port = free_port()
-    queue = _CTX.Queue()
-    procs = [
-        _CTX.Process(target=_child, args=(fn, r, nranks, port, backend, timeout, queue, args))
-        for r in range(nranks)
-    ]
-    for p in procs:
-        p.start()
-    results: dict[int, tuple[bool, object]] = {}
-    give_up = time.monotonic() + timeout + 30
-    try:
-        while len(results) < nranks and time.monotonic() < give_up:
-            try:
-                rank, ok, value = queue.get(timeout=0.2)
-                results[rank] = (ok, value)
-            except queue_module.Empty:
-                for r, p in enumerate(procs):
-                    if r not in results and p.exitcode is not None:
-                        time.sleep(0.2)  # a result may still be in the pipe
-                        if r not in results:
-                            results[r] = (False, f"died with exit code {p.exitcode}")
-    finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-    if expect_failure:
-        return [results.get(r, (False, "no result")) for r in range(nranks)]
-    if expect_failure:
-        return [results.get(r, (False, "no result")) for r in range(nranks)]
-    missing = [r for r in range(nranks) if r not in results]
-    assert not missing, f"ranks {missing} neither reported nor exited in time"
-    failures = [f"rank {r}: {v}" for r, (ok, v) in sorted(results.items()) if not ok]
-    assert not failures, "\n".join(failures)
-    return [results[r][1] for r in range(nranks)]
+    return run_ranks(_child, lambda r, queue: (fn, r, nranks, port, backend, timeout, queue, args),
+                     nranks, timeout=timeout, expect_failure=expect_failure)

@@ -40,12 +40,13 @@ def run_world(fn: Callable, nranks: int, *args, timeout: float = 30.0,
 
 
 def run_ranks(target: Callable, make_args: Callable, nranks: int, *, timeout: float,
-              expect_failure: bool) -> list:
-    """Fork ``nranks`` processes running ``target(*make_args(rank, queue))``; each puts
-    ``(rank, ok, value)`` on the queue. Collects them (a rank that dies without reporting
-    counts as failed), then returns values as :func:`run_world` does."""
-    queue = _CTX.Queue()
-    procs = [_CTX.Process(target=target, args=make_args(r, queue)) for r in range(nranks)]
+              expect_failure: bool, context=_CTX) -> list:
+    """Start ``nranks`` processes (``context``: forked by default) running
+    ``target(*make_args(rank, queue))``; each puts ``(rank, ok, value)`` on the queue. Collects
+    them (a rank that dies without reporting counts as failed), then returns values as
+    :func:`run_world` does."""
+    queue = context.Queue()
+    procs = [context.Process(target=target, args=make_args(r, queue)) for r in range(nranks)]
     for p in procs:
         p.start()
     results: dict[int, tuple[bool, object]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import socket
 import traceback
@@ -11,6 +12,11 @@ from datetime import timedelta
 import torch._dynamo  # noqa: F401  (DDP imports it on first use: once here, not per rank)
 
 from ..runtime.harness import run_ranks
+
+# Ranks start from a clean fork server: forking pytest itself, whose earlier torch tests left
+# threads behind, can deadlock a child on a lock one of those threads held.
+_CTX = mp.get_context("forkserver")
+_CTX.set_forkserver_preload(["torch", "torch.distributed", "commflow.torch"])
 
 
 def free_port() -> int:
@@ -76,4 +82,4 @@ def run_group(
     in which case the per-rank ``(ok, result_or_error_text)`` pairs are returned."""
     port = free_port()
     return run_ranks(_child, lambda r, queue: (fn, r, nranks, port, backend, timeout, queue, args),
-                     nranks, timeout=timeout, expect_failure=expect_failure)
+                     nranks, timeout=timeout, expect_failure=expect_failure, context=_CTX)

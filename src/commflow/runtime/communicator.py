@@ -1,5 +1,9 @@
 """The communicator: collectives and point-to-point messages between the ranks of a job.
 
+Every collective takes ``algo=``: ``"auto"``, a registered algorithm's name, or a
+:class:`~commflow.ir.Program` for this collective and communicator size (see
+:func:`commflow.runtime.programs.adopt`).
+
 Shapes follow torch.distributed: ``allgather`` concatenates the ranks' inputs along the first
 axis in rank order, ``reduce_scatter`` takes nranks times the output's first axis and returns
 this rank's block, ``alltoall`` splits the first axis into nranks blocks, block j to rank j.
@@ -17,6 +21,7 @@ import numpy as np
 
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
+from commflow.ir import Program
 from commflow.runtime import fastpath, programs
 from commflow.runtime.arrays import as_numpy, flat, like
 from commflow.runtime.errors import CommTimeoutError
@@ -63,7 +68,7 @@ class _Call:
     unit: int
     op: str
     root: int
-    algo: str
+    algo: str | Program
     reduce: Reducer | None = None
 
 
@@ -112,7 +117,7 @@ class Communicator:
         return self.spec.local_size
 
     # -- collectives ----------------------------------------------------------------------
-    def allreduce(self, x, op: str = "sum", *, algo: str = "auto", out=None,
+    def allreduce(self, x, op: str = "sum", *, algo: str | Program = "auto", out=None,
                   async_op: bool = False, timeout: float | None = None):
         """Reduce ``x`` over all ranks into ``out`` (a new array if ``None``; ``out=x`` for
         in-place). Returns ``out`` (or a :class:`Handle` when ``async_op``)."""
@@ -122,7 +127,7 @@ class Communicator:
         return self._submit(_Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,
                             async_op, timeout)
 
-    def allgather(self, x, *, algo: str = "auto", out=None, async_op: bool = False,
+    def allgather(self, x, *, algo: str | Program = "auto", out=None, async_op: bool = False,
                   timeout: float | None = None):
         """Concatenate every rank's ``x`` along the first axis, in rank order."""
         a = as_numpy(x, "allgather input")
@@ -132,7 +137,7 @@ class Communicator:
         return self._submit(_Call(Collective.ALLGATHER, a, b, a.size, "sum", 0, algo), out,
                             async_op, timeout)
 
-    def reduce_scatter(self, x, op: str = "sum", *, algo: str = "auto", out=None,
+    def reduce_scatter(self, x, op: str = "sum", *, algo: str | Program = "auto", out=None,
                        async_op: bool = False, timeout: float | None = None):
         """Reduce ``x`` over all ranks and return this rank's block of the first axis."""
         a = as_numpy(x, "reduce_scatter input")
@@ -142,7 +147,7 @@ class Communicator:
         return self._submit(_Call(Collective.REDUCESCATTER, a, b, b.size, op, 0, algo), out,
                             async_op, timeout)
 
-    def alltoall(self, x, *, algo: str = "auto", out=None, async_op: bool = False,
+    def alltoall(self, x, *, algo: str | Program = "auto", out=None, async_op: bool = False,
                  timeout: float | None = None):
         """Send block j of ``x``'s first axis to rank j; block i of the result is rank i's."""
         a = as_numpy(x, "alltoall input")
@@ -152,7 +157,7 @@ class Communicator:
         return self._submit(_Call(Collective.ALLTOALL, a, b, a.size // self.size, "sum", 0,
                                   algo), out, async_op, timeout)
 
-    def broadcast(self, x, root: int = 0, *, algo: str = "auto", async_op: bool = False,
+    def broadcast(self, x, root: int = 0, *, algo: str | Program = "auto", async_op: bool = False,
                   timeout: float | None = None):
         """Copy root's ``x`` into every rank's ``x`` (in place); returns ``x``."""
         a = as_numpy(x, "broadcast buffer")
@@ -161,7 +166,7 @@ class Communicator:
         return self._submit(_Call(Collective.BROADCAST, send, a, a.size, "sum", root, algo), x,
                             async_op, timeout)
 
-    def reduce(self, x, root: int = 0, op: str = "sum", *, algo: str = "auto",
+    def reduce(self, x, root: int = 0, op: str = "sum", *, algo: str | Program = "auto",
                async_op: bool = False, timeout: float | None = None):
         """Reduce every rank's ``x`` into root's ``x`` (in place there); returns ``x``."""
         a = as_numpy(x, "reduce buffer")
@@ -170,7 +175,7 @@ class Communicator:
         return self._submit(_Call(Collective.REDUCE, a, recv, a.size, op, root, algo), x,
                             async_op, timeout)
 
-    def gather(self, x, root: int = 0, *, algo: str = "auto", out=None,
+    def gather(self, x, root: int = 0, *, algo: str | Program = "auto", out=None,
                async_op: bool = False, timeout: float | None = None):
         """Concatenate every rank's ``x`` at ``root`` (returns the result there, None
         elsewhere)."""
@@ -185,7 +190,7 @@ class Communicator:
         return self._submit(_Call(Collective.GATHER, a, b, a.size, "sum", root, algo), out,
                             async_op, timeout)
 
-    def scatter(self, x, root: int = 0, *, algo: str = "auto", out=None,
+    def scatter(self, x, root: int = 0, *, algo: str | Program = "auto", out=None,
                 async_op: bool = False, timeout: float | None = None):
         """Split root's ``x`` along the first axis, block j to rank j; every rank passes an
         ``x`` of the same shape (used only at root) and gets its block."""
@@ -252,7 +257,11 @@ class Communicator:
             raise CommflowError(f"root {root} is outside ranks 0..{self.size - 1}")
 
     def _submit(self, call: _Call, result, async_op: bool, timeout: float | None):
-        programs.check_algorithm(call.collective, call.algo)
+        if isinstance(call.algo, str):
+            programs.check_algorithm(call.collective, call.algo)
+        else:
+            call.algo = programs.adopt(call.algo, call.collective, self.size, call.root,
+                                       self.rank)
         call.reduce = reducer(call.op, call.send.dtype)
         return self._dispatch(lambda: self._run(call, timeout), result, async_op)
 

@@ -2,12 +2,17 @@
 
 ``algo="auto"`` picks the shared-memory fast path where it applies, else by collective and
 message size (latency-bound sizes get log-step or one-shot algorithms, bandwidth-bound sizes
-the ring); any registered algorithm can be named.
-Programs are generated, verified once, and their per-rank plans cached per buffer size.
+the ring); any registered algorithm can be named, or a :class:`~commflow.ir.Program` passed (one of
+your own, or from :func:`commflow.synth.synthesize`): :func:`adopt` checks it against the call
+and gives it a name.
+Programs are generated (or adopted), verified once, and their per-rank plans cached per buffer
+size.
 """
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from functools import lru_cache
 
 import numpy as np
@@ -15,7 +20,7 @@ import numpy as np
 from commflow import algorithms
 from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
-from commflow.ir import Program, element_trace, verify
+from commflow.ir import Program, element_trace, to_json, verify
 from commflow.runtime import fastpath
 from commflow.runtime.plan import RankPlan, plan_rank
 
@@ -34,8 +39,9 @@ _AUTO = {
 }
 
 
-def choose(collective: Collective, nranks: int, nbytes: int, algo: str, *,
-           fast_path: bool = False) -> str:
+def choose(
+    collective: Collective, nranks: int, nbytes: int, algo: str, *, fast_path: bool = False
+) -> str:
     """The algorithm to run: ``algo`` itself unless it is ``"auto"``; then the shared-memory
     fast path where it applies (``fast_path``: one host, world communicator; it was fastest
     or level at every size in ``commflow bench --algo all``, see docs/benchmarks.md), else a
@@ -48,9 +54,57 @@ def choose(collective: Collective, nranks: int, nbytes: int, algo: str, *,
     return small if nbytes < SMALL else large
 
 
+_ADOPTED: weakref.WeakValueDictionary[str, Program] = weakref.WeakValueDictionary()
+"""Programs passed as ``algo=``, by the name :func:`adopt` gave them (while they are alive)."""
+
+
+def adopt(prog: Program, collective: Collective, nranks: int, root: int, rank: int) -> str:
+    """The name under which the runtime runs ``prog`` for a call of ``collective`` on
+    ``nranks`` ranks (``root`` counts for rooted collectives only), called on ``rank``.
+
+    Cheap per call: the program is verified once per object (pass the same
+    :class:`~commflow.ir.Program` again, not a fresh copy). Raises ``AlgorithmError`` when the
+    program is for another collective, rank count or root, or has switch participants;
+    ``VerificationError`` when it does not implement its collective.
+    """
+    problem = None
+    if prog.collective is not collective:
+        problem = f"is a {prog.collective.value} program"
+    elif prog.nranks != nranks:
+        problem = f"is for {prog.nranks} ranks, this communicator has {nranks}"
+    elif collective.rooted and prog.root != root:
+        problem = f"has root {prog.root}, the call root {root}"
+    if problem:
+        raise AlgorithmError(
+            f"{collective.value} on rank {rank}: program {prog.name!r} "
+            f"{problem}; pass a program built or synthesized for this call"
+        )
+    return _adopted_name(prog)
+
+
+@lru_cache(maxsize=64)
+def _adopted_name(prog: Program) -> str:
+    """Verify ``prog`` (once per object) and name it by its name and a digest of its content,
+    so that ranks running different programs fail the signature check of the wire protocol."""
+    if len(prog.participants) > prog.nranks:
+        raise AlgorithmError(
+            f"program {prog.name!r} has {len(prog.participants) - prog.nranks} "
+            f"switch participant(s); the runtime runs programs of ranks only"
+        )
+    verify(prog)
+    digest = hashlib.blake2b(to_json(prog).encode(), digest_size=8).hexdigest()
+    name = f"{prog.name}@{digest}"
+    _ADOPTED[name] = prog
+    return name
+
+
 @lru_cache(maxsize=256)
 def program(collective: Collective, name: str, nranks: int, root: int | None) -> Program:
-    """The verified program of ``name`` (raises ``AlgorithmError`` if unknown/inapplicable)."""
+    """The verified program of ``name``: registered, or adopted by :func:`adopt` (raises
+    ``AlgorithmError`` if unknown/inapplicable)."""
+    adopted = _ADOPTED.get(name)
+    if adopted is not None:
+        return adopted
     built = algorithms.build(collective, name, nranks, root=root)
     verify(built)
     return built
@@ -62,12 +116,14 @@ def _trace(collective: Collective, name: str, nranks: int, root: int | None) -> 
 
 
 @lru_cache(maxsize=1024)
-def rank_plan(collective: Collective, name: str, nranks: int, root: int | None, rank: int,
-              unit_elements: int) -> RankPlan:
+def rank_plan(
+    collective: Collective, name: str, nranks: int, root: int | None, rank: int, unit_elements: int
+) -> RankPlan:
     """``rank``'s plan of the program for units of ``unit_elements`` elements."""
     prog = program(collective, name, nranks, root)
-    trace = None if unit_elements % prog.chunk_factor == 0 else \
-        _trace(collective, name, nranks, root)
+    trace = (
+        None if unit_elements % prog.chunk_factor == 0 else _trace(collective, name, nranks, root)
+    )
     return plan_rank(prog, rank, unit_elements, trace)
 
 
@@ -76,8 +132,10 @@ def check_algorithm(collective: Collective, name: str) -> None:
     registered for it."""
     if name == fastpath.NAME:
         if collective not in fastpath.COLLECTIVES:
-            raise AlgorithmError(f"fast path {name!r} has no {collective.value}; it covers "
-                                 f"{', '.join(c.value for c in fastpath.COLLECTIVES)}")
+            raise AlgorithmError(
+                f"fast path {name!r} has no {collective.value}; it covers "
+                f"{', '.join(c.value for c in fastpath.COLLECTIVES)}"
+            )
         return
     if name != "auto":
         algorithms.get(collective, name)

@@ -9,18 +9,27 @@ that are not (the plans then follow :func:`commflow.ir.element_trace`).
 
 from __future__ import annotations
 
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from commflow import topology
 from commflow.collectives import Collective
-from commflow.errors import AlgorithmError
+from commflow.errors import AlgorithmError, VerificationError
 from commflow.ir import Program, from_json, load_program, save_program, to_json
 from commflow.runtime import programs
+from commflow.runtime.launcher import launch
 from commflow.synth import synthesize
 from commflow.topology import Node, NodeKind, duplex, make_topology
 
 from .harness import run_world
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "runtime.md"
 
 COLLECTIVES = (
     Collective.ALLGATHER,
@@ -125,9 +134,15 @@ def test_program_loaded_from_json_runs(tmp_path):
 @pytest.mark.parametrize(
     ("prog", "coll", "nranks", "root", "message"),
     [
-        (RING4[Collective.ALLGATHER], Collective.ALLREDUCE, 4, 0, "is a allgather program"),
-        (RING4[Collective.ALLREDUCE], Collective.ALLREDUCE, 3, 0, "is for 4 ranks"),
-        (RING4[Collective.BROADCAST], Collective.BROADCAST, 4, 0, "has root 3, the call root 0"),
+        (
+            RING4[Collective.ALLGATHER],
+            Collective.ALLREDUCE,
+            4,
+            0,
+            "implements allgather, not allreduce",
+        ),
+        (RING4[Collective.ALLREDUCE], Collective.ALLREDUCE, 3, 0, "is for 4 ranks, not 3"),
+        (RING4[Collective.BROADCAST], Collective.BROADCAST, 4, 0, "has root 3, not 0"),
     ],
 )
 def test_adopt_rejects_a_program_for_another_call(prog, coll, nranks, root, message):
@@ -156,9 +171,9 @@ def test_communicator_raises_on_every_rank_without_running():
     )
     for rank, (size_error, kind_error) in enumerate(results):
         assert size_error.startswith(f"allreduce on rank {rank}: program 'allreduce/synth_trees'")
-        assert "is for 4 ranks, this communicator has 3" in size_error
+        assert "is for 4 ranks, not 3" in size_error
         assert kind_error.startswith(f"allgather on rank {rank}:")
-        assert "is a reducescatter program" in kind_error
+        assert "implements reducescatter, not allgather" in kind_error
 
 
 def test_a_program_is_verified_once_per_object(monkeypatch):
@@ -170,3 +185,48 @@ def test_a_program_is_verified_once_per_object(monkeypatch):
     assert calls == [first, second]
     assert len(set(names)) == 1 and names[0].startswith("alltoall/synth_lp@")
     assert programs.program(Collective.ALLTOALL, names[0], 3, None) in (first, second)
+
+
+def test_a_program_that_fails_verification_is_refused_before_running():
+    doc = json.loads(to_json(RING4[Collective.ALLGATHER]))
+    doc["participants"][1]["channels"][0]["steps"][1]["dst"] = ["output", 0, 1]
+    broken = from_json(json.dumps(doc))  # rank 1 receives output chunk 0 twice, never chunk 1
+    with pytest.raises(VerificationError, match=r"^rank 1, .*: allgather/synth_trees: "):
+        programs.adopt(broken, Collective.ALLGATHER, 4, 0, rank=0)
+
+
+def _different_programs(comm, mine: Program, others: Program) -> list[int]:
+    return comm.allgather(np.ones(12, np.float32), algo=mine if comm.rank == 0 else others)
+
+
+def test_ranks_passing_different_programs_fail_with_a_mismatch():
+    other = synthesize(Collective.ALLGATHER, topology.load("ring4"), pieces=3)
+    assert other.name == RING4[Collective.ALLGATHER].name
+    results = run_world(
+        _different_programs,
+        4,
+        RING4[Collective.ALLGATHER],
+        other,
+        timeout=10,
+        expect_failure=True,
+    )
+    assert [ok for ok, _ in results] == [False] * 4
+    assert all(text.startswith("CommMismatchError: ") for _, text in results)
+
+
+def _docs_section() -> str:
+    return DOCS.read_text().split("## Running your own or a synthesized program", 1)[1]
+
+
+def test_the_docs_example_runs_under_the_launcher(tmp_path, monkeypatch):
+    section = _docs_section()
+    script = re.search(r"```python\n(.*?)```", section, re.DOTALL)[1]
+    console = re.search(r"```console\n(.*?)```", section, re.DOTALL)[1].splitlines()
+    assert console[0] == "$ commflow synth allgather --topo ring4 --pieces 2 -o ag4.json"
+    assert console[1] == "$ commflow run -n 4 ring4_allgather.py"
+    monkeypatch.chdir(tmp_path)
+    save_program(RING4[Collective.ALLGATHER], "ag4.json")  # what the synth line writes
+    Path("ring4_allgather.py").write_text(script)
+    out = io.BytesIO()
+    assert launch([sys.executable, "ring4_allgather.py"], 4, stdout=out, timeout=60) == 0
+    assert sorted(out.getvalue().decode().splitlines()) == console[2:]

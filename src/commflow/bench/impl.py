@@ -22,6 +22,7 @@ import numpy as np
 from commflow.bench.cases import Case
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
+from commflow.ir import Program
 
 IMPLS = ("commflow", "gloo", "mpi")
 """Implementation names, as ``--vs`` and the JSON ``impl`` field spell them."""
@@ -41,8 +42,9 @@ class Ranks(Protocol):
     def barrier(self) -> None:
         """Return once every rank has entered the barrier."""
 
-    def operation(self, algo: str, case: Case) -> Callable[[], object]:
-        """A call that runs ``case``'s collective once on its buffers with ``algo``."""
+    def operation(self, algo: str | Program, case: Case) -> Callable[[], object]:
+        """A call that runs ``case``'s collective once on its buffers with ``algo`` (a name,
+        or for commflow a :class:`~commflow.ir.Program`)."""
 
     def close(self) -> None:
         """Leave the job."""

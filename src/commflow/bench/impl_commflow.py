@@ -2,7 +2,8 @@
 
 Ranks are started by :func:`commflow.runtime.launcher.launch` and join with
 :func:`commflow.runtime.init`; ``algo`` is any name :meth:`Communicator.allreduce` and friends
-accept (``auto``, a registered program algorithm, or the ``shm`` fast path). Broadcast and
+accept (``auto``, a registered program algorithm, the ``shm`` fast path, or a
+:class:`~commflow.ir.Program`). Broadcast and
 reduce work in place, so their out-of-place variant copies the input first
 (:func:`~commflow.bench.impl.via_recv`).
 """
@@ -16,6 +17,7 @@ import numpy as np
 from commflow.bench.cases import Case
 from commflow.bench.impl import via_recv
 from commflow.collectives import Collective
+from commflow.ir import Program
 from commflow.runtime import Communicator, init
 
 
@@ -41,7 +43,7 @@ class CommflowRanks:
         """commflow's barrier (a 1-byte ``direct`` allreduce)."""
         self.comm.barrier()
 
-    def operation(self, algo: str, case: Case) -> Callable[[], object]:
+    def operation(self, algo: str | Program, case: Case) -> Callable[[], object]:
         """The communicator call for ``case`` with ``algo``."""
         comm, spec, s, r = self.comm, case.spec, case.send, case.recv
         op, root = spec.op, spec.root

@@ -17,7 +17,8 @@ class RunSpec:
     collective: str
     """Collective name."""
     algos: tuple[str, ...]
-    """Algorithms to run, in order (peers: ``("default",)``)."""
+    """Algorithms to run, in order (peers: ``("default",)``); program files by absolute
+    path."""
     blocks: tuple[int, ...]
     """Elements per block, one entry per size (see :func:`cases.block_elements`)."""
     dtype: str

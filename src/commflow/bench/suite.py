@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from commflow import algorithms
+from commflow.bench.algos import check_program_file, label
 from commflow.bench.cases import block_elements
 from commflow.bench.harness import Measurement, run_impl
 from commflow.bench.impl import IMPLS, PEER_ALGO, module
@@ -21,7 +23,7 @@ from commflow.bench.spec import RunSpec
 from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.runtime import DEFAULT_TIMEOUT, OPS, algorithm_names, dtype_of, fastpath
-from commflow.runtime.programs import check_algorithm
+from commflow.runtime.programs import check_algorithm, is_program_file
 
 BenchProgress = Callable[[str, int, int], None]
 """Called as ``progress(impl, done, total)`` with the sizes done and to do."""
@@ -50,7 +52,8 @@ class BenchConfig:
     root: int = 0
     """Root rank of rooted collectives."""
     algos: tuple[str, ...] = ("auto",)
-    """commflow algorithms to run, or ``("all",)`` for :func:`commflow_algorithms`."""
+    """commflow algorithms to run, or ``("all",)`` for :func:`commflow_algorithms`; an entry
+    ending in ``.json`` is a program file (:mod:`~commflow.bench.algos`)."""
     peers: tuple[str, ...] = ("gloo",)
     """Peer implementations measured on the same sizes: ``gloo``, ``mpi`` (may be empty)."""
     warmup: int = 5
@@ -86,9 +89,18 @@ class BenchConfig:
             raise CommflowError("no commflow algorithm given: use --algo NAME or --algo all")
         if self.algos != ("all",):
             for name in self.algos:
+                if is_program_file(name):
+                    check_program_file(name, coll, self.nranks, self.root)
+                    continue
                 check_algorithm(coll, name)
                 if name not in ("auto", fastpath.NAME):
                     algorithms.build(coll, name, self.nranks)
+            labels = [label(name) for name in self.algos]
+            if len(set(labels)) < len(labels):
+                raise CommflowError(
+                    f"--algo entries {', '.join(self.algos)} repeat a name; program files are "
+                    f"labelled by file name, so give each a different one"
+                )
 
     @property
     def commflow_algos(self) -> tuple[str, ...]:
@@ -140,9 +152,10 @@ class BenchReport:
     """Why a peer did not run (not installed, operation unsupported, failed)."""
 
     def reference_algo(self) -> str:
-        """The commflow algorithm that ratios compare: ``auto`` if it ran, else the first."""
+        """The commflow algorithm that ratios compare: ``auto`` if it ran, else the first
+        (as :attr:`Measurement.algo` labels it)."""
         algos = self.config.commflow_algos
-        return "auto" if "auto" in algos else algos[0]
+        return "auto" if "auto" in algos else label(algos[0])
 
     def ratios(self, peer: str) -> dict[tuple[int, bool], float]:
         """``{(size, inplace): commflow busbw / peer busbw}`` for :meth:`reference_algo`."""
@@ -205,7 +218,7 @@ def _run(
     spec = RunSpec(
         impl=impl,
         collective=config.collective.value,
-        algos=algos,
+        algos=tuple(str(Path(a).resolve()) if is_program_file(a) else a for a in algos),
         blocks=config.blocks,
         dtype=config.dtype,
         op=config.op,

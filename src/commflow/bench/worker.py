@@ -3,12 +3,12 @@
 Every rank reads the :class:`~commflow.bench.spec.RunSpec` the parent wrote, joins the
 implementation's job, and for every size and placement runs every algorithm in turn (so that a
 load changing on the host affects them alike): ``warmup`` untimed iterations, then ``iters``
-timed ones. Each iteration first resets the buffers (:meth:`Case.prepare`, untimed), then enters
-the implementation's own barrier; the rank times only the collective call
-(``time.perf_counter``). After the timed loop every rank counts the elements of its last result
-that differ from the expected values. Each rank writes its times and counts as JSON to
-``rank<r>.json`` in the spec file's directory; rank 0 appends a line to ``progress`` there after
-each size. Nothing is pickled.
+timed ones (a program file among the algorithms is loaded once, :mod:`.algos`). Each iteration
+first resets the buffers (:meth:`Case.prepare`, untimed), then enters the implementation's own
+barrier; the rank times only the collective call (``time.perf_counter``). After the timed loop
+every rank counts the elements of its last result that differ from the expected values. Each
+rank writes its times and counts as JSON to ``rank<r>.json`` in the spec file's directory; rank
+0 appends a line to ``progress`` there after each size. Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -18,16 +18,19 @@ import sys
 import time
 from pathlib import Path
 
+from commflow.bench.algos import label, resolve
 from commflow.bench.cases import Case, CaseSpec, wrong_values
 from commflow.bench.impl import Ranks, module
 from commflow.bench.spec import RunSpec
 from commflow.collectives import parse_collective
 from commflow.errors import CommflowError
+from commflow.ir import Program
 from commflow.runtime import dtype_of
 
 
-def _measure(ranks: Ranks, spec: RunSpec, algo: str, case: Case) -> dict:
-    """Warm up, time ``spec.iters`` iterations of ``case``, check the last result."""
+def _measure(ranks: Ranks, spec: RunSpec, entry: str, algo: str | Program, case: Case) -> dict:
+    """Warm up, time ``spec.iters`` iterations of ``case`` with ``algo`` (the ``--algo``
+    ``entry`` resolved), check the last result."""
     call = ranks.operation(algo, case)
     for _ in range(spec.warmup):
         case.prepare()
@@ -43,7 +46,7 @@ def _measure(ranks: Ranks, spec: RunSpec, algo: str, case: Case) -> dict:
     if spec.corrupt_rank == ranks.rank and case.expected is not None:
         case.recv[:1] = wrong_values(case.expected[:1])
     return {
-        "algo": algo,
+        "algo": label(entry),
         "block": case.spec.block,
         "inplace": case.spec.inplace,
         "times": times,
@@ -55,6 +58,7 @@ def run(spec: RunSpec, outdir: Path) -> None:
     """Run ``spec`` on this rank and write ``outdir/rank<r>.json``."""
     ranks = module(spec.impl).connect(spec.timeout)
     collective, dtype = parse_collective(spec.collective), dtype_of(spec.dtype)
+    algos = [(entry, resolve(entry)) for entry in spec.algos]
     results = []
     for block in spec.blocks:
         for inplace in (False, True):
@@ -70,7 +74,7 @@ def run(spec: RunSpec, outdir: Path) -> None:
                     inplace=inplace,
                 )
             )
-            results += [_measure(ranks, spec, algo, case) for algo in spec.algos]
+            results += [_measure(ranks, spec, entry, algo, case) for entry, algo in algos]
         if ranks.rank == 0:
             with open(outdir / "progress", "a") as progress:
                 progress.write(f"{block}\n")

@@ -42,7 +42,10 @@ def bench(
     op: str = typer.Option("sum", "-o", "--op", help="Reduction: sum, prod, min, max, avg."),
     root: int = typer.Option(0, "-r", "--root", help="Root rank of rooted collectives."),
     algo: str = typer.Option(
-        "auto", "-a", "--algo", help="commflow algorithm(s), comma-separated, or 'all'."
+        "auto",
+        "-a",
+        "--algo",
+        help="commflow algorithm(s), comma-separated, or 'all'; FILE.json runs a saved program.",
     ),
     vs: str = typer.Option("gloo", "--vs", help="Peers: gloo, mpi, gloo,mpi or none."),
     warmup: int = typer.Option(5, "-w", "--warmup", help="Untimed iterations per size."),
@@ -67,11 +70,17 @@ def bench(
     copy-in/copy-out shared-memory implementation. Exit status 1 when a
     result was wrong.
 
+    An --algo entry ending in .json is a program file (commflow synth -o,
+    or commflow.ir.save_program): its collective, rank count and root must
+    be the benchmark's; its rows are labelled with the file name.
+
     [bold]Examples[/bold]
 
       commflow bench
       commflow bench --vs gloo,mpi -n 2 -b 8 -e 64M
       commflow bench allgather --algo all --vs none -e 16M --json ag.json --plot ag.png
+      commflow synth allgather --topo ring4 -o ag4.json
+      commflow bench allgather -n 4 --algo ring,ag4.json --vs none
     """
     config = BenchConfig(
         collective=collective,

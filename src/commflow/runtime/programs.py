@@ -24,6 +24,10 @@ from commflow.ir import Program, element_trace, to_json, verify
 from commflow.runtime import fastpath
 from commflow.runtime.plan import RankPlan, plan_rank
 
+PROGRAM_SUFFIX = ".json"
+"""An algorithm given by name that ends with this suffix is a program file (tools that take
+algorithm names on the command line or in the environment accept one)."""
+
 SMALL = 64 * 1024
 """Bytes below which ``auto`` prefers latency-optimal algorithms."""
 
@@ -58,40 +62,59 @@ _ADOPTED: weakref.WeakValueDictionary[str, Program] = weakref.WeakValueDictionar
 """Programs passed as ``algo=``, by the name :func:`adopt` gave them (while they are alive)."""
 
 
-def adopt(prog: Program, collective: Collective, nranks: int, root: int, rank: int) -> str:
-    """The name under which the runtime runs ``prog`` for a call of ``collective`` on
-    ``nranks`` ranks (``root`` counts for rooted collectives only), called on ``rank``.
+def is_program_file(name: str) -> bool:
+    """Whether an algorithm named ``name`` is a program JSON file rather than an algorithm."""
+    return name.endswith(PROGRAM_SUFFIX)
 
-    Cheap per call: the program is verified once per object (pass the same
-    :class:`~commflow.ir.Program` again, not a fresh copy). Raises ``AlgorithmError`` when the
-    program is for another collective, rank count or root, or has switch participants;
-    ``VerificationError`` when it does not implement its collective.
-    """
-    problem = None
+
+def mismatch(prog: Program, collective: Collective, nranks: int, root: int) -> str | None:
+    """Why ``prog`` cannot run a call of ``collective`` on ``nranks`` ranks with ``root``
+    (checked for rooted collectives only), e.g. ``"implements allgather, not allreduce"``;
+    ``None`` when it can."""
     if prog.collective is not collective:
-        problem = f"is a {prog.collective.value} program"
-    elif prog.nranks != nranks:
-        problem = f"is for {prog.nranks} ranks, this communicator has {nranks}"
-    elif collective.rooted and prog.root != root:
-        problem = f"has root {prog.root}, the call root {root}"
-    if problem:
-        raise AlgorithmError(
-            f"{collective.value} on rank {rank}: program {prog.name!r} "
-            f"{problem}; pass a program built or synthesized for this call"
-        )
-    return _adopted_name(prog)
+        return f"implements {prog.collective.value}, not {collective.value}"
+    if prog.nranks != nranks:
+        return f"is for {prog.nranks} ranks, not {nranks}"
+    if collective.rooted and prog.root != root:
+        return f"has root {prog.root}, not {root}"
+    return None
 
 
-@lru_cache(maxsize=64)
-def _adopted_name(prog: Program) -> str:
-    """Verify ``prog`` (once per object) and name it by its name and a digest of its content,
-    so that ranks running different programs fail the signature check of the wire protocol."""
+def check_runnable(prog: Program) -> None:
+    """Verify ``prog`` and check that the runtime can execute it: ``VerificationError`` when
+    it does not implement its collective (or is too large to verify), ``AlgorithmError`` when
+    it has switch participants (in-network aggregation has no runtime yet)."""
     if len(prog.participants) > prog.nranks:
         raise AlgorithmError(
             f"program {prog.name!r} has {len(prog.participants) - prog.nranks} "
             f"switch participant(s); the runtime runs programs of ranks only"
         )
     verify(prog)
+
+
+def adopt(prog: Program, collective: Collective, nranks: int, root: int, rank: int) -> str:
+    """The name under which the runtime runs ``prog`` for a call of ``collective`` on
+    ``nranks`` ranks (``root`` counts for rooted collectives only), called on ``rank``.
+
+    Cheap per call: the program is checked with :func:`check_runnable` once per object (pass
+    the same :class:`~commflow.ir.Program` again, not a fresh copy). Raises ``AlgorithmError``
+    when the program is for another collective, rank count or root (:func:`mismatch`), and
+    what :func:`check_runnable` raises.
+    """
+    problem = mismatch(prog, collective, nranks, root)
+    if problem:
+        raise AlgorithmError(
+            f"{collective.value} on rank {rank}: program {prog.name!r} {problem}; pass a "
+            f"program built or synthesized for this call"
+        )
+    return _adopted_name(prog)
+
+
+@lru_cache(maxsize=64)
+def _adopted_name(prog: Program) -> str:
+    """Check ``prog`` (once per object) and name it by its name and a digest of its content,
+    so that ranks running different programs fail the signature check of the wire protocol."""
+    check_runnable(prog)
     digest = hashlib.blake2b(to_json(prog).encode(), digest_size=8).hexdigest()
     name = f"{prog.name}@{digest}"
     _ADOPTED[name] = prog

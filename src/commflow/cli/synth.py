@@ -1,5 +1,6 @@
 """``commflow synth``: synthesize a program for a topology, compare it with the bound and with
-ring and double binary tree in the simulator, and save it as JSON and MSCCL XML."""
+ring and double binary tree in the simulator, save it as JSON and MSCCL XML, and draw its
+link loads (``--show``)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,18 @@ def _baseline_algbw(collective, name, topology, size, model) -> float | None:
 def synth(
     collective: str = typer.Argument(..., help="Collective: allgather, allreduce, alltoall, ..."),
     topo: str = typer.Option(..., "--topo", "-t", help="Topology: preset name or file."),
-    objective: str = typer.Option("bandwidth", "--objective", help="bandwidth or latency."),
-    pieces: int = typer.Option(None, "--pieces", help="Chunks per share (default: library's)."),
+    objective: str = typer.Option(
+        "bandwidth", "--objective", help="bandwidth, latency or balanced."
+    ),
+    size: str = typer.Option(
+        None, "--size", help="balanced: the size to be fastest at (default 1M)."
+    ),
+    max_steps: int = typer.Option(
+        None, "--max-steps", help="balanced: at most this many sequential messages."
+    ),
+    pieces: int = typer.Option(
+        None, "--pieces", help="Chunks per share (balanced: the most tried; default: library's)."
+    ),
     root: int = typer.Option(0, "--root", help="Root rank of broadcast/reduce."),
     begin: str = typer.Option("1M", "-b", "--minbytes", help="Smallest size (64K, 16M, 1G)."),
     end: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size."),
@@ -41,40 +52,67 @@ def synth(
     output: Path = typer.Option(None, "-o", "--output", help="Save the program as JSON here."),
     xml: Path = typer.Option(None, "--xml", help="Save the program as MSCCL XML here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
+    show: Path = typer.Option(
+        None, "--show", help="Draw the link loads at the largest size into this PNG."
+    ),
 ) -> None:
     """Synthesize COLLECTIVE for a topology, verify it and compare it in the simulator.
 
-    The schedule is verified with one chunk per share (larger instances repeat those steps
-    chunk by chunk). Prints the synthesis time, then per size: the program's time, algbw
-    and busbw, the lower bound's algbw and %bound, and ring / double binary tree algbw
-    (GB = 1e9 bytes/s).
+    A tree or flow schedule is verified with one chunk per share (larger instances repeat
+    those steps chunk by chunk), any other program as it is. Prints the synthesis time, then
+    per size: the program's time, algbw and busbw, the lower bound's algbw and %bound, and
+    ring / double binary tree algbw (GB = 1e9 bytes/s).
+
+    --objective balanced picks, for one --size, the program with the least simulated time
+    (alphabeta model) among the tree/flow synthesis with 1, 2, 4, ... pieces, the step
+    schedule and the predefined algorithms, keeping those with at most --max-steps
+    sequential messages; the pick is printed. --show draws every link's load at the
+    largest size (its busy time over the busiest link's) on the topology.
 
     [bold]Examples[/bold]
 
       commflow synth allgather --topo dgx1
       commflow synth allreduce --topo dgx-a100 -o ar.json --xml ar.xml
       commflow synth allgather --topo dgx1 --objective latency -b 1K -e 1M
+      commflow synth allreduce --topo dgx1 --objective balanced --size 64K --max-steps 4
+      commflow synth allgather --topo dgx1 --show allgather.png
     """
     from commflow.synth import synthesize
+    from commflow.synth.show import draw_schedule, schedule_picture
 
     topology = load(topo)
     start = time.perf_counter()
-    program = synthesize(collective, topology, objective=objective, pieces=pieces, root=root)
+    program = synthesize(
+        collective,
+        topology,
+        objective=objective,
+        pieces=pieces,
+        root=root,
+        size=None if size is None else parse_size(size),
+        max_steps=max_steps,
+    )
     elapsed = time.perf_counter() - start
-    # the same schedule with one chunk per share: small enough for the race checker
-    verify(synthesize(collective, topology, objective=objective, pieces=1, root=root))
+    params = dict(program.params)
+    if params.get("method", objective) == "bandwidth":
+        # the same schedule with one chunk per share: small enough for the race checker
+        verify(synthesize(collective, topology, objective="bandwidth", pieces=1, root=root))
+    else:
+        verify(program)
     if output is not None:
         save_program(program, output)
     if xml is not None:
         xml.write_text(to_msccl_xml(program))
     records = []
-    for size in size_range(parse_size(begin), parse_size(end), factor):
-        result = simulate(program, topology, size, model=model)
-        bound = lower_bound(program.collective, topology, size, root=program.root or 0)
-        base = {n: _baseline_algbw(program.collective, n, topology, size, model) for n in BASELINES}
+    result = None
+    for nbytes in size_range(parse_size(begin), parse_size(end), factor):
+        result = simulate(program, topology, nbytes, model=model)
+        bound = lower_bound(program.collective, topology, nbytes, root=program.root or 0)
+        base = {
+            n: _baseline_algbw(program.collective, n, topology, nbytes, model) for n in BASELINES
+        }
         records.append(
             {
-                "size": size,
+                "size": nbytes,
                 "time": result.time,
                 "algbw": result.algbw,
                 "busbw": result.busbw,
@@ -83,13 +121,15 @@ def synth(
                 **{f"{n}_algbw": bw for n, bw in base.items()},
             }
         )
+    if show is not None and result is not None:
+        draw_schedule(schedule_picture(program, topology, result), show)
     if as_json:
         echo_json(
             {
                 "program": program.name,
                 "synthesis_seconds": elapsed,
                 "steps": program.nsteps,
-                "params": dict(program.params),
+                "params": params,
                 "rows": records,
             }
         )
@@ -98,6 +138,15 @@ def synth(
         f"{program.name} on {topology.name}: {program.nsteps} steps (verified), "
         f"synthesized in {elapsed:.2f} s"
     )
+    if objective == "balanced":
+        pick = params["method"]
+        if "pieces" in params:
+            pick += f" with {params['pieces']} pieces"
+        out.print(
+            f"balanced pick for {format_size(params['balanced_size'])}: {pick}, "
+            f"{params['depth']} sequential messages, "
+            f"{number(usec(params['balanced_time']))} us (alphabeta model)"
+        )
     rows = table(
         "size",
         "time(us)",
@@ -118,3 +167,5 @@ def synth(
             *("-" if r[f"{n}_algbw"] is None else number(gbps(r[f"{n}_algbw"])) for n in BASELINES),
         )
     out.print(rows)
+    if show is not None:
+        out.print(f"link loads drawn in {show}")

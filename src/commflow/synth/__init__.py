@@ -6,18 +6,29 @@
 - :mod:`~commflow.synth.lower`: packings to programs.
 - :mod:`~commflow.synth.alltoall_lp`: alltoall by a multi-commodity flow LP.
 - :mod:`~commflow.synth.steps`: SCCL (steps, rounds, chunks) MILP and :func:`pareto`.
+- :mod:`~commflow.synth.balanced`: the fastest candidate at one size (``objective="balanced"``).
+- :mod:`~commflow.synth.show`: a program's link loads drawn on its topology.
 """
 
 from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, alltoall_program
 from commflow.synth.api import ALLTOALL_CHUNKS, DEFAULT_PIECES, OBJECTIVES, synthesize
+from commflow.synth.balanced import DEFAULT_SIZE, Candidate, candidates, message_depth
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import lower
 from commflow.synth.rounding import apportion
+from commflow.synth.show import SchedulePicture, draw_schedule, schedule_picture
 from commflow.synth.steps import StepSchedule, pareto, schedule_program, solve_instance
 from commflow.synth.trees import TreePacking, WeightedTree, integral_shares, pack_trees
 
 __all__ = [
     "StepSchedule",
+    "Candidate",
+    "DEFAULT_SIZE",
+    "SchedulePicture",
+    "candidates",
+    "draw_schedule",
+    "message_depth",
+    "schedule_picture",
     "pareto",
     "schedule_program",
     "solve_instance",

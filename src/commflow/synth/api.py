@@ -6,6 +6,7 @@ from commflow.collectives import Collective, check_root, parse_collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program
 from commflow.synth.alltoall_lp import alltoall_flow, alltoall_program
+from commflow.synth.balanced import balanced
 from commflow.synth.links import logical_edges
 from commflow.synth.lower import lower
 from commflow.synth.steps import pareto, schedule_program
@@ -47,22 +48,33 @@ def synthesize(
     multi-commodity flow LP (:mod:`commflow.synth.alltoall_lp`), ``pieces`` chunks per block
     (default :data:`ALLTOALL_CHUNKS`). ``latency`` (allgather): the SCCL step schedule with the
     fewest steps (:mod:`commflow.synth.steps`), each MILP given ``time_limit`` seconds
-    (default 30). ``root`` is used by broadcast and reduce; ``size`` and ``max_steps`` are
-    reserved for the ``balanced`` objective, not implemented yet. Raises ``AlgorithmError``
-    for ``balanced``, an unknown objective or a collective no method covers, and
-    ``TopologyError`` when the ranks are not connected.
+    (default 30). ``balanced``: the program with the least simulated time at ``size`` bytes
+    (default 1 MiB) among the bandwidth synthesis with 1, 2, 4, ... ``pieces`` chunks, the
+    step schedule (allgather, up to 8 ranks, ``time_limit`` s per MILP, default 5) and the
+    registered algorithms, keeping those with at most ``max_steps`` sequential messages
+    (:func:`commflow.synth.balanced.balanced`). ``root`` is used by broadcast and reduce.
+    Raises ``AlgorithmError`` for an unknown objective, a collective no method covers or
+    (``balanced``) no candidate within ``max_steps``, and ``TopologyError`` when the ranks
+    are not connected.
     """
     kind = parse_collective(collective)
     if objective not in OBJECTIVES:
         raise AlgorithmError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
     if objective == "latency":
         return _fewest_steps(kind, topology, time_limit)
-    if objective != "bandwidth":
-        raise AlgorithmError(
-            f"objective {objective!r} is not implemented yet; use 'bandwidth' or 'latency'"
-        )
-    del size, max_steps
     root = check_root(kind, topology.nranks, root)
+    if objective == "balanced":
+        most = pieces or (ALLTOALL_CHUNKS if kind is Collective.ALLTOALL else DEFAULT_PIECES)
+        return balanced(
+            kind,
+            topology,
+            synthesize,
+            pieces=most,
+            size=size,
+            max_steps=max_steps,
+            root=root,
+            time_limit=time_limit,
+        )
     if kind is Collective.ALLTOALL:
         flow = alltoall_flow(logical_edges(topology))
         chunks = pieces or ALLTOALL_CHUNKS

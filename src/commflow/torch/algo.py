@@ -6,7 +6,9 @@ it for the calls made inside a ``with`` block (in this thread or async context).
 left unnamed use ``"auto"`` (the runtime's choice by message size). Collective names are
 commflow's (``allreduce``, ``allgather``, ``reducescatter``, ``broadcast``, ``reduce``,
 ``gather``, ``scatter``, ``alltoall``); torch spellings with underscores (``all_reduce``,
-``reduce_scatter``, ``all_to_all``) are accepted too.
+``reduce_scatter``, ``all_to_all``) are accepted too. An algorithm ending in ``.json`` is a
+program file (``COMMFLOW_ALGO=allgather:ag4.json``, saved by ``commflow synth -o``), loaded
+once per process; the communicator checks its rank count and root at each call.
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from commflow.collectives import Collective
-from commflow.errors import AlgorithmError
+from commflow.errors import AlgorithmError, ProgramError
+from commflow.ir import Program, load_program
 from commflow.runtime import algorithm_names
+from commflow.runtime.programs import is_program_file
 
 ENV_VAR = "COMMFLOW_ALGO"
 """Environment variable holding the per-collective algorithm choice."""
 
 AUTO = "auto"
 
-_override: ContextVar[Mapping[Collective, str]] = ContextVar(
+_override: ContextVar[Mapping[Collective, str | Program]] = ContextVar(
     "commflow_algorithms", default=MappingProxyType({})
 )
 
@@ -42,10 +46,18 @@ def _collective(name: str, where: str) -> Collective:
     )
 
 
-def check_algorithm(collective: Collective, algo: str, where: str) -> str:
-    """``algo`` stripped, if the runtime can run it for ``collective`` (or it is ``"auto"``);
-    else ``AlgorithmError`` naming ``where`` and the choices."""
+def check_algorithm(collective: Collective, algo: str, where: str) -> str | Program:
+    """``algo`` stripped, if the runtime can run it for ``collective`` (or it is ``"auto"``),
+    or the program of a program file for ``collective``; else ``AlgorithmError`` naming
+    ``where`` and the choices (``ProgramError`` for a file that cannot be read)."""
     algo = algo.strip()
+    if is_program_file(algo):
+        program = _load(algo, where)
+        if program.collective is not collective:
+            raise AlgorithmError(
+                f"{where}: {algo} implements {program.collective.value}, not {collective.value}"
+            )
+        return program
     known = algorithm_names(collective)
     if algo != AUTO and algo not in known:
         raise AlgorithmError(
@@ -55,13 +67,22 @@ def check_algorithm(collective: Collective, algo: str, where: str) -> str:
     return algo
 
 
+@lru_cache(maxsize=16)
+def _load(path: str, where: str) -> Program:
+    """The program in file ``path``, read once per process (so it is verified once)."""
+    try:
+        return load_program(path)
+    except ProgramError as error:
+        raise ProgramError(f"{where}: {error}") from None
+
+
 @lru_cache(maxsize=32)
-def parse_algorithms(spec: str, where: str = ENV_VAR) -> Mapping[Collective, str]:
+def parse_algorithms(spec: str, where: str = ENV_VAR) -> Mapping[Collective, str | Program]:
     """Parse ``"allreduce:ring,allgather:bruck"`` into ``{Collective: algorithm}``.
 
     Raises ``AlgorithmError`` (naming ``where``) for a malformed entry, an unknown collective,
     or an algorithm the runtime has no program for."""
-    choice: dict[Collective, str] = {}
+    choice: dict[Collective, str | Program] = {}
     for entry in filter(None, (part.strip() for part in spec.split(","))):
         name, sep, algo = entry.partition(":")
         if not sep or not algo.strip():
@@ -73,7 +94,7 @@ def parse_algorithms(spec: str, where: str = ENV_VAR) -> Mapping[Collective, str
     return MappingProxyType(choice)
 
 
-def algorithm_for(collective: Collective) -> str:
+def algorithm_for(collective: Collective) -> str | Program:
     """The algorithm for ``collective`` now: the innermost :func:`use_algorithms` block,
     else ``COMMFLOW_ALGO``, else ``"auto"``. Raises ``AlgorithmError`` when
     ``COMMFLOW_ALGO`` is malformed."""

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
+from commflow.ir import Program
 from commflow.torch.algo import check_algorithm, use_algorithms
 from commflow.torch.backend import BACKEND, CommflowProcessGroup
 
@@ -36,8 +37,9 @@ _WIRE_DTYPES = (torch.float16, torch.bfloat16)
 class HookState:
     """Where and how buckets are all-reduced."""
 
-    algo: str = "auto"
-    """Allreduce algorithm (``"auto"`` or a name from ``commflow.runtime.algorithm_names``)."""
+    algo: str | Program = "auto"
+    """Allreduce algorithm (``"auto"``, a name from ``commflow.runtime.algorithm_names``, or an
+    allreduce program file ``*.json``, loaded on construction)."""
     process_group: dist.ProcessGroup | None = None
     """The commflow group carrying the buckets; ``None``: the default group if it is
     commflow's, else a new commflow group over every rank (a collective call)."""

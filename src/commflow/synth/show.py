@@ -141,10 +141,16 @@ def draw_schedule(picture: SchedulePicture, path: str | Path) -> None:
             zorder=4,
         )
     legend = [
-        Line2D([], [], marker="o", ls="", mfc="#f2f2f2", mec="black", ms=10, label="rank (GPU)"),
-        Line2D([], [], marker="s", ls="", mfc="#d9d9d9", mec="black", ms=8, label="switch / NIC"),
-        Line2D([], [], color="0.8", lw=0.6, ls=":", label="idle link"),
+        Line2D([], [], marker="o", ls="", mfc="#f2f2f2", mec="black", ms=10, label="rank (GPU)")
     ]
+    if len(pos) > len(picture.ranks):
+        legend.append(
+            Line2D(
+                [], [], marker="s", ls="", mfc="#d9d9d9", mec="black", ms=8, label="switch / NIC"
+            )
+        )
+    if picture.unused:
+        legend.append(Line2D([], [], color="0.8", lw=0.6, ls=":", label="idle link"))
     ax.legend(handles=legend, loc="upper left", fontsize=8)
     scale = plt.cm.ScalarMappable(cmap=cmap, norm=matplotlib.colors.Normalize(0.0, 1.0))
     bar = fig.colorbar(scale, ax=ax, orientation="horizontal", fraction=0.04, pad=0.02)

@@ -49,7 +49,7 @@ def test_synth_balanced_table_prints_the_pick(capsys):
     assert run([*argv, "--pieces", "2", "-b", "1M", "-e", "1M", "-m", "alphabeta"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert re.match(r"allgather/synth_trees on dgx1: \d+ steps \(verified\)", lines[0])
-    pick = r"balanced pick for 1G: bandwidth with 2 pieces, \d+ sequential messages, [\d.]+ us"
+    pick = r"balanced pick for 1G: bandwidth with 2 pieces, message depth \d+, [\d.]+ us"
     assert re.match(pick, lines[1])
 
 

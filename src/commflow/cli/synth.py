@@ -140,11 +140,11 @@ def synth(
     )
     if objective == "balanced":
         pick = params["method"]
-        if "pieces" in params:
-            pick += f" with {params['pieces']} pieces"
+        if pick == "bandwidth":
+            pick += f" with {params.get('pieces', params.get('chunks'))} pieces"
         out.print(
             f"balanced pick for {format_size(params['balanced_size'])}: {pick}, "
-            f"{params['depth']} sequential messages, "
+            f"message depth {params['depth']}, "
             f"{number(usec(params['balanced_time']))} us (alphabeta model)"
         )
     rows = table(

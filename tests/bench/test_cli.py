@@ -6,7 +6,10 @@ import json
 
 import pytest
 
+from commflow.bench import Measurement, Summary
 from commflow.cli import main
+from commflow.cli.bench import _table
+from commflow.collectives import Collective
 
 
 def _run(capsys, *args: str) -> tuple[int, str, str]:
@@ -104,3 +107,26 @@ def test_errors_exit_2_with_one_line(capsys, args, message):
     code, _, err = _run(capsys, "-n", "2", *args)
     assert code == 2
     assert message in err and "Traceback" not in err
+
+
+def test_a_value_wider_than_its_column_stays_apart_from_its_neighbours():
+    slow = Measurement(
+        impl="commflow",
+        collective=Collective.ALLGATHER,
+        algo="p128.json",
+        nranks=4,
+        dtype="float32",
+        op="none",
+        root=-1,
+        size=4096,
+        count=256,
+        inplace=False,
+        time=Summary(median=0.78345147, ci=(0.73073870, 1.01405129), runs=10),
+        algbw=4096 / 0.78345147,
+        busbw=0.75 * 4096 / 0.78345147,
+        wrong=0,
+    )
+    row = _table([slow], None)[-1].split()
+    assert row[:5] == ["4096", "256", "float32", "none", "-1"]
+    assert row[5:10] == ["783451.47", "730738.70-1014051.29", "0.00", "0.00", "0"]
+    assert row[10:] == ["-"] * 5  # no in-place run

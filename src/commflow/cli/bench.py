@@ -200,13 +200,19 @@ def _table(rows: list[Measurement], ratios: dict[tuple[int, bool], float] | None
         placed = by_size[size]
         first = next(iter(placed.values()))
         cells = [str(size), str(first.count), first.dtype, first.op, str(first.root)]
-        line = "".join(c.rjust(w) for c, w in zip(cells, _KEY_WIDTHS, strict=True))
+        line = "".join(_cell(c, w) for c, w in zip(cells, _KEY_WIDTHS, strict=True))
         for inplace in (False, True):
             m = placed.get(inplace)
             values = _cells(m, ratios) if m else ["-"] * len(columns)
-            line += "".join(v.rjust(w) for v, w in zip(values, widths, strict=True))
+            line += "".join(_cell(v, w) for v, w in zip(values, widths, strict=True))
         lines.append(line)
     return lines
+
+
+def _cell(text: str, width: int) -> str:
+    """``text`` right-aligned in ``width`` characters, after at least one space (a value wider
+    than its column, e.g. a wide confidence interval, must not run into its neighbour)."""
+    return f" {text}".rjust(width)
 
 
 def _cells(m: Measurement, ratios: dict[tuple[int, bool], float] | None) -> list[str]:

@@ -2,11 +2,10 @@
 
 ``algo="auto"`` picks the shared-memory fast path where it applies, else by collective and
 message size (latency-bound sizes get log-step or one-shot algorithms, bandwidth-bound sizes
-the ring); any registered algorithm can be named, or a :class:`~commflow.ir.Program` passed (one of
-your own, or from :func:`commflow.synth.synthesize`): :func:`adopt` checks it against the call
-and gives it a name.
-Programs are generated (or adopted), verified once, and their per-rank plans cached per buffer
-size.
+the ring); any registered algorithm can be named, or a :class:`~commflow.ir.Program` passed
+(one of your own, or from :func:`commflow.synth.synthesize`): :func:`adopt` checks it against
+the call and gives it a name. Programs are generated (or adopted), verified once, and their
+per-rank plans cached per buffer size.
 """
 
 from __future__ import annotations

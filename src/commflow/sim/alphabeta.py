@@ -36,17 +36,13 @@ def run_alphabeta(graph: StepGraph, conns: Connections, costs: StepCosts) -> Swe
 
     Raises ``SimulationError`` when the program deadlocks.
     """
-    sweep = Sweep(graph, conns.latency_of)
+    sweep = Sweep(graph, conns, costs)
     while True:
-        wave, codes = sweep.take()
+        wave = sweep.run(hold=False)[2]
         if not len(wave):
             break
-        finish = sweep.start(wave, codes) + costs.duration[wave]
-        shared = (codes & CONTENDED).nonzero()[0]
-        if len(shared):
-            steps = wave[shared]
-            finish[shared] += costs.nbytes(steps) * wave_time_per_byte(conns, steps)
-        sweep.finish[wave] = finish
-        sweep.complete(wave, codes)
+        shared = wave[(graph.code[wave] & CONTENDED) != 0]
+        sweep.finish[shared] += costs.nbytes(shared) * wave_time_per_byte(conns, shared)
+        sweep.complete(wave)
     sweep.check_done()
     return sweep

@@ -26,13 +26,14 @@ import numpy as np
 
 from commflow.errors import SimulationError
 from commflow.ir import Op, Program, match_transfers
-from commflow.sim.paths import Connections, gather_ranges, gather_segments
+from commflow.sim.kernels import run_waves, wave_complete
+from commflow.sim.paths import Connections
 
 FIRST, LAST, SEND, RECV, REDUCES, COPIES, CONTENDED = 1, 2, 4, 8, 16, 32, 64
 """Bits of :attr:`StepGraph.code`: first/last step of its channel, a send, a receive, a step
 that reduces (``REDUCE``, ``RECV_REDUCE``), a copy, a send on a contended connection."""
+_BITS = (FIRST, LAST, SEND, RECV, REDUCES, COPIES, CONTENDED)
 
-_ONE = np.int32(1)
 _OP_CODE = np.zeros(max(Op) + 1, dtype=np.uint8)
 _OP_CODE[[Op.SEND, Op.RECV, Op.RECV_REDUCE, Op.COPY, Op.REDUCE]] = [
     SEND,
@@ -64,19 +65,24 @@ class StepGraph:
             starts = t.channel_starts
             self.code[starts[:-1]] |= FIRST
             self.code[starts[1:] - 1] |= LAST
-        self.partner = match_transfers(program)
-        recv = np.flatnonzero(self.partner >= 0)
-        self.partner[self.partner[recv]] = recv
-        self.indegree = ((self.code & FIRST) == 0).astype(np.int32)
-        self.indegree[recv] += 1
+        self.partner = match_transfers(program, mirror=True)
+        self.indegree = (self.code & FIRST == 0).astype(np.int32)
+        self.indegree += self.code & RECV != 0
+        # successors through explicit dependencies, CSR by the step depended on
         self.has_deps = len(t.dep_idx) > 0
-        self.dep_target = self.dep_owner = np.zeros(0, dtype=np.int64)
+        self.succ_ptr = np.zeros(n + 1 if self.has_deps else 1, dtype=np.int64)
+        self.succ_idx = np.zeros(0, dtype=np.int64)
         if self.has_deps:
             ndeps = np.diff(t.dep_ptr)
             self.indegree += ndeps.astype(np.int32)
             order = np.argsort(t.dep_idx, kind="stable")
-            self.dep_target = t.dep_idx[order]
-            self.dep_owner = np.repeat(np.arange(n, dtype=np.int64), ndeps)[order]
+            self.succ_idx = np.repeat(np.arange(n, dtype=np.int64), ndeps)[order]
+            np.cumsum(np.bincount(t.dep_idx, minlength=n), out=self.succ_ptr[1:])
+        self.arrays = (
+            self.code, self.partner, t.dep_ptr, t.dep_idx, self.succ_ptr, self.succ_idx,
+            self.has_deps,
+        )  # fmt: skip
+        """The graph as :mod:`commflow.sim.kernels` takes it."""
 
     def critical_predecessor(
         self, i: int, latency: Callable[[np.ndarray], np.ndarray], finish: np.ndarray
@@ -103,76 +109,48 @@ class StepGraph:
 class Sweep:
     """Kahn-order traversal of a :class:`StepGraph` with per-step completion times.
 
-    ``latency(sends)`` gives, for send steps, the seconds between a send's completion and its
-    message's arrival. ``finish`` (seconds) is filled in by the model as steps complete. The
-    sweep counts down ``graph.indegree`` in place (no copy of a large array): a graph is swept
-    once.
+    A message arrives its connection's latency (``conns``, seconds) after its send completes.
+    ``finish`` (seconds) is filled in as steps are swept, and by the model for the contended
+    sends it times. The sweep counts down ``graph.indegree`` in place (no copy of a large
+    array): a graph is swept once.
     """
 
-    def __init__(self, graph: StepGraph, latency: Callable[[np.ndarray], np.ndarray]) -> None:
+    def __init__(self, graph: StepGraph, conns: Connections, costs: StepCosts) -> None:
         self.graph = graph
-        self.latency = latency
+        self.conns = conns
+        self.costs = costs
         self.indegree = graph.indegree
         self.finish = np.zeros(graph.nsteps, dtype=np.float64)
         self.completed = 0
-        sources = np.flatnonzero(self.indegree == 0)
-        self.indegree[sources] = -1
-        self._ready = [sources]
+        self.ready = np.flatnonzero(self.indegree == 0)
+        self.indegree[self.ready] = -1
 
-    def take(self) -> tuple[np.ndarray, np.ndarray]:
-        """The current wave: every step that became ready since the last call, and their
-        :attr:`StepGraph.code`."""
-        ready = self._ready
-        self._ready = []
-        steps = ready[0] if len(ready) == 1 else np.concatenate(ready or [np.zeros(0, np.int64)])
-        return steps, self.graph.code[steps]
+    def run(self, *, hold: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sweep from the ready steps while no contended send (code ``CONTENDED``, timed by
+        the model) comes up; every step swept gets ``finish = start + duration``
+        (:class:`StepCosts`).
 
-    def start(self, steps: np.ndarray, codes: np.ndarray) -> np.ndarray:
-        """Start times (seconds) of ready ``steps`` whose codes are ``codes``."""
-        g = self.graph
-        start = np.where(codes & FIRST, 0.0, self.finish[steps - 1])
-        if g.has_deps:
-            self._dep_starts(steps, start)
-        recv = (codes & RECV).nonzero()[0]
-        if len(recv):
-            sends = g.partner[steps[recv]]
-            start[recv] = np.maximum(start[recv], self.finish[sends] + self.latency(sends))
-        return start
+        With ``hold``, contended sends are set aside, started but not completed, and the
+        sweep goes on without them until nothing is ready; otherwise it stops at the first
+        wave holding one, with that wave started but not completed. Returns ``(held,
+        held_start, wave)``: the held sends, their start times (seconds) and the stopped
+        wave (empty when the sweep ran out of ready steps). Complete held or stopped steps
+        with :meth:`complete` once the model has set their ``finish``.
+        """
+        held, held_start, wave, completed = run_waves(
+            self.ready, self.finish, self.indegree, self.graph.arrays, self.costs.arrays, _BITS,
+            hold,
+        )
+        self.completed += completed
+        self.ready = np.zeros(0, dtype=np.int64)
+        return held, held_start, wave
 
-    def _dep_starts(self, steps: np.ndarray, start: np.ndarray) -> None:
-        t = self.graph.program.table
-        sel = np.flatnonzero(t.dep_ptr[steps + 1] > t.dep_ptr[steps])
-        if len(sel):
-            seg_ptr, entry = gather_segments(t.dep_ptr, steps[sel])
-            latest = np.maximum.reduceat(self.finish[t.dep_idx[entry]], seg_ptr[:-1])
-            start[sel] = np.maximum(start[sel], latest)
-
-    def complete(self, steps: np.ndarray, codes: np.ndarray) -> None:
-        """Mark ``steps`` (codes ``codes``, ``finish`` set) completed; successors whose last
-        predecessor this was join the next wave."""
-        g = self.graph
+    def complete(self, steps: np.ndarray) -> None:
+        """Mark ``steps`` (``finish`` set) completed; successors whose last predecessor this
+        was become ready."""
         self.completed += len(steps)
-        indegree = self.indegree
-        # channel successors and matched receives are each distinct within a wave, so a
-        # plain fancy-index decrement is exact for them; dependencies may repeat
-        succ = [steps[(codes & LAST) == 0] + 1, g.partner[steps[(codes & SEND) != 0]]]
-        for distinct in succ:
-            indegree[distinct] -= _ONE
-        if g.has_deps:
-            lo = np.searchsorted(g.dep_target, steps, side="left")
-            hi = np.searchsorted(g.dep_target, steps, side="right")
-            owners = g.dep_owner[gather_ranges(lo, hi)[1]]
-            np.subtract.at(indegree, owners, _ONE)
-            succ.append(owners)
-        succ = np.concatenate(succ)
-        ready = succ[indegree[succ] == 0]
-        if len(ready):
-            # A step with several predecessors in this wave appears once per predecessor:
-            # tag each occurrence with a distinct negative number and keep the one whose tag
-            # stuck (negative indegree also marks the step as taken).
-            tag = -1 - np.arange(len(ready), dtype=indegree.dtype)
-            indegree[ready] = tag
-            self._ready.append(ready[indegree[ready] == tag])
+        ready = wave_complete(steps, self.indegree, self.graph.arrays, _BITS)
+        self.ready = np.concatenate((self.ready, ready))
 
     def check_done(self) -> None:
         """Raise ``SimulationError`` when steps never became ready (a deadlock)."""
@@ -194,16 +172,17 @@ class Sweep:
         step = int(np.argmax(self.finish))
         path = [step]
         while True:
-            step = self.graph.critical_predecessor(step, self.latency, self.finish)
+            step = self.graph.critical_predecessor(step, self.conns.latency_of, self.finish)
             if step < 0:
                 return tuple(reversed(path))
             path.append(step)
 
 
 class StepCosts:
-    """Bytes of every step, and the duration (seconds) of every step whose duration does not
-    depend on other traffic: local work, receives, and sends on uncontended connections
-    (``bytes * solo_time_per_byte``). Contended sends get 0: the model times them.
+    """What steps cost: bytes per chunk, and the parameters of the duration of every step
+    whose time does not depend on other traffic (:func:`commflow.sim.kernels.duration`:
+    local work, receives, and sends on uncontended connections, ``bytes *
+    solo_time_per_byte``; contended sends are timed by the model).
 
     ``chunk_bytes`` bytes per chunk; ``reduce_bandwidth`` and ``copy_bandwidth`` in bytes/s,
     ``None`` for free local work.
@@ -219,14 +198,11 @@ class StepCosts:
     ) -> None:
         self.count = graph.program.table.count
         self.chunk_bytes = chunk_bytes
-        self.duration = np.zeros(graph.nsteps, dtype=np.float64)
-        alone = ~conns.contended[conns.send_conn]
-        sends = conns.sends[alone]
-        self.duration[sends] = self.nbytes(sends) * conns.solo_time_per_byte[conns.send_conn[alone]]
-        for bandwidth, bit in ((reduce_bandwidth, REDUCES), (copy_bandwidth, COPIES)):
-            if bandwidth is not None:
-                steps = np.flatnonzero(graph.code & bit)
-                self.duration[steps] = self.nbytes(steps) / bandwidth
+        self.arrays = (
+            self.count, conns.of_step, conns.latency, conns.solo_time_per_byte,
+            float(chunk_bytes), float(reduce_bandwidth or 0.0), float(copy_bandwidth or 0.0),
+        )  # fmt: skip
+        """The costs as :mod:`commflow.sim.kernels` takes them."""
 
     def nbytes(self, steps: np.ndarray) -> np.ndarray:
         """Bytes each of ``steps`` moves or touches."""

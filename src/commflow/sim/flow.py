@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commflow.sim.dag import CONTENDED, StepCosts, StepGraph, Sweep
+from commflow.sim.dag import StepCosts, StepGraph, Sweep
 from commflow.sim.paths import Connections
 
 RTOL = 1e-9
@@ -107,34 +107,19 @@ class _Flows:
         return finished
 
 
-def _sweep_ready(sweep: Sweep, costs: StepCosts, flows: _Flows) -> None:
-    """Time every step that can be timed without the event loop; contended sends become
-    pending flows."""
-    while True:
-        wave, codes = sweep.take()
-        if not len(wave):
-            return
-        start = sweep.start(wave, codes)
-        sweep.finish[wave] = start + costs.duration[wave]
-        held = (codes & CONTENDED) != 0
-        if held.any():
-            sends = np.flatnonzero(held)
-            flows.add(wave[sends], start[sends], costs.nbytes(wave[sends]))
-            wave, codes = wave[~held], codes[~held]
-        sweep.complete(wave, codes)
-
-
 def run_flow(graph: StepGraph, conns: Connections, costs: StepCosts) -> Sweep:
     """Time every step of ``graph`` under max-min fair flows; returns the finished
     :class:`Sweep`. Raises ``SimulationError`` when the program deadlocks."""
-    sweep = Sweep(graph, conns.latency_of)
+    sweep = Sweep(graph, conns, costs)
     flows = _Flows(conns)
     while True:
-        _sweep_ready(sweep, costs, flows)
+        held, start, _ = sweep.run(hold=True)
+        if len(held):
+            flows.add(held, start, costs.nbytes(held))
         if flows.idle:
             break
         finished = flows.advance(flows.next_time())
         sweep.finish[finished] = flows.now
-        sweep.complete(finished, graph.code[finished])
+        sweep.complete(finished)
     sweep.check_done()
     return sweep

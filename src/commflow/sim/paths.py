@@ -22,11 +22,9 @@ import numpy as np
 
 from commflow.errors import SimulationError, TopologyError
 from commflow.ir import Op, ParticipantKind, Program
+from commflow.sim.kernels import number_connections
 from commflow.topology.graph import NodeKind, Topology
 from commflow.topology.routing import prefetch_routes, routes
-
-_BLOCK_CELLS = 1 << 22
-"""Cells of the dense (sender, receiver) table used per block when numbering connections."""
 
 
 def gather_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,31 +101,6 @@ def place(program: Program, topology: Topology, placement: Sequence[int] | None)
     return np.asarray(nodes, dtype=np.int64)
 
 
-def _number_pairs(src: np.ndarray, dst: np.ndarray, nparts: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct ``(src, dst)`` keys ``src * nparts + dst`` in increasing order, and the index
-    of each input pair among them. ``src`` must be non-decreasing (steps are sorted by
-    participant). Works on blocks of senders with a dense table per block, so memory stays
-    bounded and time linear (no sort)."""
-    per_block = max(1, _BLOCK_CELLS // max(nparts, 1))
-    block = src // per_block
-    changes = np.flatnonzero(np.diff(block)) + 1
-    bounds = np.concatenate(([0], changes, [len(src)])) if len(src) else np.zeros(1, np.int64)
-    keys: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-    ids = np.empty(len(src), dtype=np.int32)
-    found = 0
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        first = int(block[lo]) * per_block
-        # Block cells number fewer than 2**31: int32 keeps the temporaries small.
-        local = (src[lo:hi] - np.int32(first)).astype(np.int32) * np.int32(nparts)
-        local += dst[lo:hi]
-        seen = np.zeros(per_block * nparts, dtype=bool)
-        seen[local] = True
-        ids[lo:hi] = found + (np.cumsum(seen, dtype=np.int64) - 1)[local]
-        keys.append(np.flatnonzero(seen) + first * nparts)
-        found += len(keys[-1])
-    return np.concatenate(keys), ids
-
-
 class Connections:
     """The connections of a program's sends on a topology, as link incidence.
 
@@ -149,12 +122,11 @@ class Connections:
         t = program.table
         self.sends = sends = np.flatnonzero(t.op == Op.SEND)
         nparts = len(program.participants)
-        senders = t.part[sends]
-        keys, ids = _number_pairs(senders, t.peer[sends], nparts)
-        self.send_conn = ids
+        self.send_conn = np.empty(len(sends), dtype=np.int32)
         self.of_step = np.full(len(t), -1, dtype=np.int32)
-        self.of_step[sends] = ids
-        self.chunks = np.bincount(ids, weights=t.count[sends], minlength=len(keys))
+        keys, self.chunks, lowest, highest = number_connections(
+            t.part, t.peer, t.chan, t.count, sends, nparts, self.send_conn, self.of_step
+        )
         self.senders = keys // nparts
         self.receivers = keys % nparts
         self.nodes = np.stack((nodes[self.senders], nodes[self.receivers]), axis=1)
@@ -181,7 +153,7 @@ class Connections:
         self.latency = np.bincount(
             owner, weights=self.fraction * link_latency[self.link], minlength=len(keys)
         )
-        self.contended = self._contended(senders, t.chan[sends], ids)
+        self.contended = self._contended(lowest, highest)
 
     def _route(
         self, program: Program, topology: Topology, c: int, u: int, v: int
@@ -200,14 +172,10 @@ class Connections:
         ordered = sorted(uses)
         return ordered, [uses[link] / len(paths) for link in ordered]
 
-    def _contended(self, part: np.ndarray, chan: np.ndarray, conn: np.ndarray) -> np.ndarray:
+    def _contended(self, lowest: np.ndarray, highest: np.ndarray) -> np.ndarray:
         """Per connection, whether one of its links is also crossed by sends of another stream
-        (participant channel); given each send's participant, channel and connection."""
-        stream = part.astype(np.int64) * (int(chan.max(initial=0)) + 1) + chan
+        (participant channel); given the lowest and highest stream sending on each."""
         nconns, big = len(self.latency), np.iinfo(np.int64).max
-        lowest, highest = np.full(nconns, big), np.full(nconns, -1)
-        np.minimum.at(lowest, conn, stream)
-        np.maximum.at(highest, conn, stream)
         owner = np.repeat(np.arange(nconns), np.diff(self.ptr))
         nlinks = len(self.bandwidth)
         link_lowest, link_highest = np.full(nlinks, big), np.full(nlinks, -1)

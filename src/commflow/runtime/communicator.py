@@ -88,6 +88,7 @@ class Communicator:
         self._worker: ThreadPoolExecutor | None = None
         self._scratch_buffers: dict[str, np.ndarray] = {}
         self._signatures: dict[tuple, Signature] = {}
+        self._reducers: dict[tuple[str, str], Reducer] = {}
         # Only the world communicator owns the host's staging areas and flags: a sub-communicator
         # over the same ranks (split with one color, a torch group of every rank) would share them.
         world = comm_id == 0 and self.ranks == list(range(spec.size)) \
@@ -124,6 +125,11 @@ class Communicator:
         a = as_numpy(x, "allreduce input")
         out = like(x, a.shape) if out is None else out
         b = self._output(out, a.shape, a.dtype, "allreduce")
+        if (self._fast is not None and not async_op and self._worker is None
+                and 0 < a.nbytes <= fastpath.ONE_SHOT and isinstance(algo, str)
+                and algo in ("auto", fastpath.NAME)):
+            self._small_allreduce(a, b, op, timeout)
+            return out
         return self._submit(_Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,
                             async_op, timeout)
 
@@ -264,6 +270,24 @@ class Communicator:
                                        self.rank)
         call.reduce = reducer(call.op, call.send.dtype)
         return self._dispatch(lambda: self._run(call, timeout), result, async_op)
+
+    def _small_allreduce(self, a: np.ndarray, b: np.ndarray, op: str,
+                         timeout: float | None) -> None:
+        """The latency path: a synchronous allreduce of at most ``fastpath.ONE_SHOT`` bytes
+        on the shared-memory fast path, with what :meth:`_run` does for it and nothing
+        else (same sequence numbers, signatures and errors)."""
+        dtype = a.dtype
+        key = (op, dtype.str)
+        reduce = self._reducers.get(key)
+        if reduce is None:
+            reduce = self._reducers[key] = reducer(op, dtype)
+        seq = self._next_seq()
+        signature = self._signature(Collective.ALLREDUCE, dtype, a.nbytes, op, 0,
+                                    fastpath.NAME)
+        recv = b.reshape(-1)
+        self._fast.small_allreduce(a.reshape(-1), recv, reduce, seq, signature,
+                                   self._deadline(timeout))
+        finish(op, recv, self.size)
 
     def _dispatch(self, work: Callable[[], None], result, async_op: bool):
         """Run ``work`` now, or on the communicator's worker thread once async operations

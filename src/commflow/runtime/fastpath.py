@@ -63,7 +63,7 @@ class SharedBufferPaths:
             deadline: float) -> None:
         """Run ``collective`` on flat arrays (shapes as the communicator passes them)."""
         if collective is Collective.ALLREDUCE and 0 < unit * send.dtype.itemsize <= ONE_SHOT:
-            self._small_allreduce(send, recv, unit, reduce, seq, signature, deadline)
+            self.small_allreduce(send, recv, reduce, seq, signature, deadline)
             return
         endpoint = self.endpoint_factory(seq, signature, send.dtype)
         host = endpoint.t.host
@@ -123,9 +123,11 @@ class SharedBufferPaths:
                 if me != root:
                     recv[lo:hi] = stages[root][:m]
 
-    def _small_allreduce(self, send: np.ndarray, recv: np.ndarray, unit: int, reduce: Reducer,
-                         seq: int, signature: Signature, deadline: float) -> None:
-        """One-shot allreduce of one segment: the latency path, kept short."""
+    def small_allreduce(self, send: np.ndarray, recv: np.ndarray, reduce: Reducer, seq: int,
+                        signature: Signature, deadline: float) -> None:
+        """One-shot allreduce of ``send`` (flat, at most :data:`ONE_SHOT` bytes) into
+        ``recv``: the latency path, kept short."""
+        unit = len(send)
         endpoint = self.endpoint_factory(seq, signature, send.dtype)
         host = endpoint.t.host
         stages = self._stages(host, self.segments & 1, host.layout.stage_bytes // 2, send.dtype)

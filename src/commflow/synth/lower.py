@@ -63,6 +63,28 @@ def _up(
     return deps[0]
 
 
+def depth(trees: Sequence[WeightedTree]) -> int:
+    """Edges on the longest root-to-leaf path of any of ``trees`` (0 when there are none)."""
+    deepest = 0
+    for t in trees:
+        tree = Tree.from_parents(t.parent)
+        level, frontier = 0, list(tree.children[tree.root])
+        while frontier:
+            level += 1
+            frontier = [c for v in frontier for c in tree.children[v]]
+        deepest = max(deepest, level)
+    return deepest
+
+
+def steps_per_piece(collective: Collective, nranks: int, units: int) -> int:
+    """Steps :func:`lower` makes per piece: a send and a receive per tree edge and share, a
+    copy per allgather or broadcast share, both halves for allreduce."""
+    roots = 1 if collective.rooted else nranks
+    copies = collective in (Collective.ALLGATHER, Collective.BROADCAST)
+    halves = 2 if collective is Collective.ALLREDUCE else 1
+    return roots * units * (halves * 2 * (nranks - 1) + copies)
+
+
 def _shares(trees: Sequence[WeightedTree], units: int) -> list[Tree]:
     """``units`` equal shares of one root's data over its trees (by :func:`apportion`), share
     ``u`` being chunks ``u*pieces ..``. Equal shares matter: trees sharing a link get equal

@@ -23,14 +23,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.sparse.csgraph import shortest_path
 
 from commflow.errors import AlgorithmError
 from commflow.synth.links import LogicalEdges
-from commflow.synth.rounding import apportion
+from commflow.synth.rounding import balanced_round
 
 _TOLERANCE = 1e-9
 """Relative reduced cost below which a tree counts as improving."""
+_SMOOTHING = 0.5
+"""Wentges dual smoothing: trees are priced at this mix of the best-bound prices and the
+LP's, which damps the oscillation of plain column generation (fewer rounds)."""
 _TIE = 1e-6
 """Relative cost per hop from the root that breaks ties towards shallow trees."""
 
@@ -76,44 +81,92 @@ def pack_trees(
     ``AlgorithmError`` when the LP fails or does not converge in ``max_rounds`` rounds.
     """
     start = time.perf_counter()
-    n = edges.nranks
-    roots = list(range(n)) if roots is None else roots
-    scale = 1.0 / edges.seconds.max()  # LP in units of the fastest edge's time per byte
-    seconds = (edges.seconds * scale).tocsr()
-    columns: list[tuple[int, tuple[int, ...], np.ndarray]] = []
+    roots = list(range(edges.nranks)) if roots is None else roots
+    pricer = _Pricer(edges)
     uniform = np.ones(len(edges.src))
-    for r in roots:
-        columns.append(_column(edges, seconds, r, _arborescence(edges, r, uniform)))
+    columns = [pricer.column(r, pricer.arborescence(r, uniform)) for r in roots]
+    center, best = None, -np.inf
     for rounds in range(1, max_rounds + 1):
-        value, y, prices, mu = _master(columns, roots, seconds.shape[1])
-        cost = seconds @ prices
-        entered = 0
-        for i, r in enumerate(roots):
-            parent = _arborescence(edges, r, cost)
-            price = sum(cost[e] for e in _edge_ids(edges, parent))
-            if price < mu[i] - _TOLERANCE * max(abs(mu[i]), value):
-                columns.append(_column(edges, seconds, r, parent))
-                entered += 1
-        if not entered:
+        value, y, prices, mu = _master(columns, roots)
+        point = prices if center is None else _SMOOTHING * center + (1 - _SMOOTHING) * prices
+        found = pricer.price(roots, point)
+        bound = sum(float(c[2] @ point) for c in found)
+        if bound > best:
+            center, best = point, bound
+        entering = _entering(found, prices, mu, value)
+        if not entering and point is not prices:  # mispriced at the smoothed point
+            entering = _entering(pricer.price(roots, prices), prices, mu, value)
+        if not entering:
             every = tuple(
                 WeightedTree(r, parent, float(w) if w > 1e-12 else 0.0)
                 for (r, parent, _), w in zip(columns, y, strict=True)
             )
             trees = tuple(t for t in every if t.weight > 0)
-            return TreePacking(trees, value / scale, every, rounds, time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+            return TreePacking(trees, value / pricer.scale, every, rounds, elapsed)
+        columns += entering
     raise AlgorithmError(
         f"tree packing on {edges.topology.name} did not converge in {max_rounds} rounds; "
         "raise max_rounds"
     )
 
 
+def _entering(found, prices, mu, value):
+    """The columns of ``found`` (one per root, in ``mu``'s order) priced below their root's
+    dual ``mu`` at the LP's link ``prices``: those that improve the master LP."""
+    return [
+        c
+        for c, m in zip(found, mu, strict=True)
+        if c[2] @ prices < m - _TOLERANCE * max(abs(m), value)
+    ]
+
+
+class _Pricer:
+    """What the column generation needs of ``edges`` at hand: dense edge x link seconds per
+    byte (scaled so the slowest edge takes 1 per byte), the edge id of each rank pair, and
+    each root's hop counts for the shallow-tree tie-break."""
+
+    def __init__(self, edges: LogicalEdges) -> None:
+        self.edges = edges
+        self.scale = 1.0 / edges.seconds.max()
+        self.seconds = edges.seconds.toarray() * self.scale
+        self.ids = _edge_ids(edges)
+        self.hops = _hops(edges)
+
+    def arborescence(self, root: int, cost: np.ndarray) -> tuple[int, ...]:
+        """Parents of the cheapest spanning out-tree rooted at ``root`` under edge ``cost``;
+        among trees of (nearly) equal cost, shallow ones: an edge leaving a rank ``h`` hops
+        from the root costs ``h * TIE`` more (relative to the largest cost), and shallow trees
+        pipeline with less fill and drain.
+
+        Raises ``AlgorithmError`` when ``root`` cannot reach every rank over the edges."""
+        edges = self.edges
+        n = edges.nranks
+        weights = np.full((n, n), np.inf)
+        tie = _TIE * max(float(cost.max()), 1e-300)
+        weights[edges.src, edges.dst] = cost + tie * self.hops[root, edges.src]
+        parent = _edmonds(weights, root)
+        if parent is None:
+            raise AlgorithmError(
+                f"{edges.topology.name}: rank {root} cannot reach every rank over logical edges"
+            )
+        return tuple(int(p) for p in parent)
+
+    def price(self, roots: list[int], prices: np.ndarray) -> list[tuple]:
+        """The cheapest column of every root at link ``prices`` (see :meth:`column`)."""
+        cost = self.seconds @ prices
+        return [self.column(r, self.arborescence(r, cost)) for r in roots]
+
+    def column(self, root: int, parent: tuple[int, ...]) -> tuple[int, tuple[int, ...], np.ndarray]:
+        """``(root, parent, scaled seconds per byte the tree puts on each link)``."""
+        return root, parent, self.seconds[_tree_edges(self.ids, parent)].sum(axis=0)
+
+
 def _loads(edges: LogicalEdges, trees: Sequence[WeightedTree]) -> np.ndarray:
     """Link x tree matrix: seconds per byte each tree puts on each link."""
-    seconds = edges.seconds.tocsr()
-    return np.stack(
-        [np.asarray(seconds[_edge_ids(edges, t.parent)].sum(axis=0)).ravel() for t in trees],
-        axis=1,
-    )
+    seconds = edges.seconds.toarray()
+    ids = _edge_ids(edges)
+    return np.stack([seconds[_tree_edges(ids, t.parent)].sum(axis=0) for t in trees], axis=1)
 
 
 def integral_shares(
@@ -122,113 +175,92 @@ def integral_shares(
     *,
     units: Sequence[int] = range(1, 13),
     slack: float = 0.005,
-    time_limit: float = 2.0,
-    budget: float = 5.0,
+    time_limit: float = 1.0,
+    budget: float = 3.0,
 ) -> tuple[tuple[WeightedTree, ...], int]:
     """Trees whose weights are whole ``units``-ths of each root's data, and ``units``.
 
-    For each of ``units`` in turn: the largest-remainder rounding of the optimum, else a
-    MILP (scipy HiGHS, ``time_limit`` seconds) over every candidate tree for integer shares
-    whose time is within ``slack`` (relative) of the optimum. The first ``units`` that fits
-    wins; when none does, or after ``budget`` seconds, the best rounding seen. Returned
-    weights are ``count / units``.
+    First, for each of ``units``: the optimum rounded root by root
+    (:func:`~commflow.synth.rounding.balanced_round`); the first within ``slack`` (relative)
+    of the optimum wins. Else, for each of ``units`` in turn until ``budget`` seconds have
+    passed: integer shares over every candidate tree within ``slack`` of the optimum, found
+    by a MILP (scipy HiGHS, at most ``time_limit`` seconds); the first found wins. Else the
+    fastest rounding. Weights are ``count / units``.
     """
+    deadline = time.perf_counter() + budget
     candidates = packing.candidates
     loads = _loads(edges, candidates)
+    loads = loads[loads.any(axis=1)] / packing.seconds_per_byte
     roots = sorted({t.root for t in candidates})
-    target = packing.seconds_per_byte * (1 + slack)
-    best: tuple[float, np.ndarray, int] | None = None
-    deadline = time.perf_counter() + budget
+    group = np.searchsorted(roots, [t.root for t in candidates])
+    weights = np.array([t.weight for t in candidates])
+    target = 1 + slack
+    tried = []
     for total in units:
-        counts = np.zeros(len(candidates))
-        for r in roots:
-            mine = [i for i, t in enumerate(candidates) if t.root == r]
-            counts[mine] = apportion([candidates[i].weight for i in mine], total)
-        if (loads @ counts).max() / total > target:
-            exact = _integer_shares(loads, candidates, roots, total, target, time_limit)
-            counts = counts if exact is None else exact
-        t = float((loads @ counts).max()) / total
-        if best is None or t < best[0]:
-            best = (t, counts, total)
-        if t <= target or time.perf_counter() > deadline:
+        counts = balanced_round(loads, group, weights, total)
+        tried.append((float((loads @ counts).max()) / total, total, counts))
+        if tried[-1][0] <= target:
+            return _weighted(candidates, counts, total), total
+    for total in units:
+        left = deadline - time.perf_counter()
+        if left <= 0:
             break
-    assert best is not None
-    _, counts, total = best
-    shares = tuple(
+        counts = _integer_shares(loads, group, total, target, min(time_limit, left))
+        if counts is not None:
+            return _weighted(candidates, counts, total), total
+    _, total, counts = min(tried, key=lambda x: x[:2])
+    return _weighted(candidates, counts, total), total
+
+
+def _weighted(candidates, counts, total) -> tuple[WeightedTree, ...]:
+    """The candidates with a count, weighted ``count / total``."""
+    return tuple(
         WeightedTree(t.root, t.parent, c / total)
         for t, c in zip(candidates, counts.tolist(), strict=True)
         if c > 0
     )
-    return shares, total
 
 
-def _integer_shares(loads, candidates, roots, units, target, time_limit) -> np.ndarray | None:
-    """Integer tree counts, ``units`` per root, with every link's time at most ``target`` per
-    byte; ``None`` when HiGHS finds none in ``time_limit`` seconds."""
-    scale = 1.0 / target
-    used = np.flatnonzero(loads.any(axis=1))
-    a_eq = np.zeros((len(roots), len(candidates)))
-    position = {r: i for i, r in enumerate(roots)}
-    for j, t in enumerate(candidates):
-        a_eq[position[t.root], j] = 1.0
+def _integer_shares(loads, group, units, target, time_limit) -> np.ndarray | None:
+    """Integer counts of the columns of ``loads``, ``units`` per ``group``, with every row of
+    ``loads @ counts`` at most ``target * units``; ``None`` when HiGHS finds none in
+    ``time_limit`` seconds."""
+    ncol = loads.shape[1]
+    a_eq = np.zeros((int(group.max()) + 1, ncol))
+    a_eq[group, np.arange(ncol)] = 1.0
     res = milp(
-        np.zeros(len(candidates)),
+        np.zeros(ncol),
         constraints=[
-            LinearConstraint(loads[used] * scale, -np.inf, units),
+            LinearConstraint(loads, -np.inf, target * units),
             LinearConstraint(a_eq, units, units),
         ],
-        integrality=np.ones(len(candidates)),
+        integrality=np.ones(ncol),
         bounds=Bounds(0, units),
         options={"time_limit": time_limit},
     )
-    if res.x is None:
-        return None
-    return np.round(res.x)
+    return None if res.x is None else np.round(res.x)
 
 
-def _edge_index(edges: LogicalEdges) -> dict[tuple[int, int], int]:
-    return {(int(u), int(v)): e for e, (u, v) in enumerate(zip(edges.src, edges.dst, strict=True))}
+def _edge_ids(edges: LogicalEdges) -> np.ndarray:
+    """``[src][dst]`` id of the logical edge between two ranks (-1 where there is none)."""
+    ids = np.full((edges.nranks, edges.nranks), -1, dtype=np.int64)
+    ids[edges.src, edges.dst] = np.arange(len(edges.src))
+    return ids
 
 
-def _edge_ids(edges: LogicalEdges, parent: tuple[int, ...]) -> list[int]:
-    index = _edge_index(edges)
-    return [index[(p, v)] for v, p in enumerate(parent) if p >= 0]
+def _tree_edges(ids: np.ndarray, parent: tuple[int, ...]) -> np.ndarray:
+    """Edge ids (from :func:`_edge_ids`) of the tree with these parents."""
+    p = np.asarray(parent)
+    v = np.flatnonzero(p >= 0)
+    return ids[p[v], v]
 
 
-def _column(edges, seconds, root, parent) -> tuple[int, tuple[int, ...], np.ndarray]:
-    ids = _edge_ids(edges, parent)
-    return root, parent, np.asarray(seconds[ids].sum(axis=0)).ravel()
-
-
-def _arborescence(edges: LogicalEdges, root: int, cost: np.ndarray) -> tuple[int, ...]:
-    """Parents of the cheapest spanning out-tree rooted at ``root`` under edge ``cost``; among
-    trees of (nearly) equal cost, shallow ones: an edge leaving a rank ``h`` hops from the
-    root costs ``h * TIE`` more (relative to the largest cost), and shallow trees pipeline
-    with less fill and drain.
-
-    Raises ``AlgorithmError`` when ``root`` cannot reach every rank over the edges."""
+def _hops(edges: LogicalEdges) -> np.ndarray:
+    """``[root][rank]``: fewest logical edges from ``root`` to ``rank``."""
     n = edges.nranks
-    hops = _hops(edges, root)
-    weights = np.full((n, n), np.inf)
-    weights[edges.src, edges.dst] = cost + _TIE * max(float(cost.max()), 1e-300) * hops[edges.src]
-    parent = _edmonds(weights, root)
-    if parent is None:
-        raise AlgorithmError(
-            f"{edges.topology.name}: rank {root} cannot reach every rank over logical edges"
-        )
-    return tuple(int(p) for p in parent)
-
-
-def _hops(edges: LogicalEdges, root: int) -> np.ndarray:
-    """Fewest logical edges from ``root`` to every rank."""
-    hops = np.full(edges.nranks, edges.nranks, dtype=np.float64)
-    hops[root] = 0
-    frontier = [root]
-    while frontier:
-        reached = np.isin(edges.src, frontier) & (hops[edges.dst] == edges.nranks)
-        frontier = np.unique(edges.dst[reached]).tolist()
-        hops[frontier] = hops[edges.src[reached]].min() + 1 if frontier else 0
-    return hops
+    adjacency = sp.csr_array((np.ones(len(edges.src)), (edges.src, edges.dst)), shape=(n, n))
+    hops = shortest_path(adjacency, unweighted=True)
+    return np.where(np.isinf(hops), n, hops)
 
 
 def _edmonds(weights: np.ndarray, root: int) -> np.ndarray | None:
@@ -288,16 +320,17 @@ def _cycle(parent: np.ndarray) -> list[int] | None:
     return None
 
 
-def _master(columns, roots, nlinks):
+def _master(columns, roots):
     """Solve the master LP; returns ``(T, y, link prices, root duals)``."""
     ncol = len(columns)
     loads = np.stack([c[2] for c in columns], axis=1)
     used = np.flatnonzero(loads.any(axis=1))
-    a_ub = np.hstack([-np.ones((len(used), 1)), loads[used]])
-    a_eq = np.zeros((len(roots), ncol + 1))
+    a_ub = sp.hstack([sp.csr_array(-np.ones((len(used), 1))), sp.csr_array(loads[used])])
     position = {r: i for i, r in enumerate(roots)}
-    for j, (r, _, _) in enumerate(columns):
-        a_eq[position[r], j + 1] = 1.0
+    a_eq = sp.csr_array(
+        (np.ones(ncol), ([position[r] for r, _, _ in columns], np.arange(1, ncol + 1))),
+        shape=(len(roots), ncol + 1),
+    )
     cost = np.zeros(ncol + 1)
     cost[0] = 1.0
     res = linprog(
@@ -311,6 +344,6 @@ def _master(columns, roots, nlinks):
     )
     if res.status != 0:
         raise AlgorithmError(f"tree packing LP failed: {res.message}")
-    prices = np.zeros(nlinks)
+    prices = np.zeros(len(loads))
     prices[used] = -res.ineqlin.marginals
     return float(res.x[0]), res.x[1:], prices, res.eqlin.marginals

@@ -134,21 +134,23 @@ def run_waves(
     wave = ready
     while len(wave):
         start = wave_start(wave, finish, graph, cost, bits)
-        keep = np.ones(len(wave), dtype=np.bool_)
+        nfree = 0
         for k in range(len(wave)):
-            if code[wave[k]] & contended:
+            i = wave[k]
+            if code[i] & contended:
                 if not hold:
                     return held[:0], held_start[:0], wave, completed
                 if nheld == len(held):
                     held = np.concatenate((held, np.empty(nheld, dtype=np.int64)))
                     held_start = np.concatenate((held_start, np.empty(nheld)))
-                held[nheld] = wave[k]
+                held[nheld] = i
                 held_start[nheld] = start[k]
                 nheld += 1
-                keep[k] = False
-        done = wave[keep]
-        completed += len(done)
-        wave = wave_complete(done, indegree, graph, bits)
+            else:
+                wave[nfree] = i
+                nfree += 1
+        completed += nfree
+        wave = wave_complete(wave[:nfree], indegree, graph, bits)
     return held[:nheld], held_start[:nheld], wave, completed
 
 

@@ -4,11 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import commflow.synth.api as api
 from commflow import topology
+from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
 from commflow.ir import to_msccl_xml, verify
 from commflow.sim import lower_bound, simulate
-from commflow.synth import apportion, synthesize
+from commflow.synth import WeightedTree, apportion, synthesize
+from commflow.synth.lower import depth, steps_per_piece
 
 SIZE = 2**30
 
@@ -48,3 +51,46 @@ def test_unknown_objective_and_uncovered_collective_raise():
         synthesize("allgather", topology.dgx1(), objective="fastest")
     with pytest.raises(AlgorithmError, match="gather"):
         synthesize("gather", topology.dgx1())
+
+
+@pytest.mark.parametrize(
+    ("name", "collective", "model"),
+    [
+        ("ndv2x2", "allgather", "flow"),
+        ("fat-tree4", "allreduce", "flow"),
+        ("mi250", "reducescatter", "alphabeta"),
+    ],
+)
+def test_default_programs_reach_98_percent_of_the_bound_and_never_beat_it(name, collective, model):
+    topo = topology.load(name)
+    program = synthesize(collective, topo)
+    ratio = (
+        lower_bound(collective, topo, SIZE).time / simulate(program, topo, SIZE, model=model).time
+    )
+    assert 0.98 <= ratio <= 1 + 1e-9
+
+
+def test_depth_is_the_longest_root_to_leaf_path():
+    chain = WeightedTree(0, (-1, 0, 1, 2), 1.0)
+    star = WeightedTree(2, (2, 2, -1, 2), 1.0)
+    assert depth([chain]) == 3
+    assert depth([star]) == 1
+    assert depth([star, chain]) == 3
+    assert depth([]) == 0
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce", "broadcast"])
+def test_steps_per_piece_counts_the_lowered_steps(collective):
+    program = synthesize(collective, topology.dgx1(), pieces=2, root=1)
+    units = dict(program.params)["units"]
+    assert len(program.table) == 2 * steps_per_piece(Collective(collective), 8, units)
+
+
+def test_default_pieces_are_32_per_tree_level_within_the_step_budget(monkeypatch):
+    topo = topology.fat_tree(4)  # every rank one switch hop from every other: depth 1
+    assert dict(synthesize("allgather", topo).params)["pieces"] == api.PIECES_PER_LEVEL
+    assert dict(synthesize("allreduce", topo).params)["pieces"] == 2 * api.PIECES_PER_LEVEL
+    monkeypatch.setattr(api, "MAX_STEPS", 5000)
+    program = synthesize("allgather", topo)
+    assert dict(program.params)["pieces"] == 5000 // steps_per_piece(Collective.ALLGATHER, 16, 1)
+    assert len(program.table) <= 5000

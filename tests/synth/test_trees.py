@@ -10,7 +10,16 @@ SIZE = 2**30
 
 
 @pytest.mark.parametrize(
-    "topo", [topology.dgx1(), topology.dgx_a100(), topology.ndv2(2)], ids=lambda t: t.name
+    "topo",
+    [
+        topology.dgx1(),
+        topology.dgx_a100(),
+        topology.ndv2(2),
+        topology.mi250(),
+        topology.load("torus4x4"),
+        topology.load("fat-tree4"),
+    ],
+    ids=lambda t: t.name,
 )
 @pytest.mark.parametrize("collective", ["allgather", "reducescatter"])
 def test_packing_time_equals_cut_bound(topo, collective):

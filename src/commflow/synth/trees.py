@@ -36,6 +36,10 @@ _TOLERANCE = 1e-9
 _SMOOTHING = 0.5
 """Wentges dual smoothing: trees are priced at this mix of the best-bound prices and the
 LP's, which damps the oscillation of plain column generation (fewer rounds)."""
+_MOST_COLUMNS = 2000
+"""Columns the master LP keeps: beyond them, unused ones of the highest reduced cost go
+(those of the last :data:`_FRESH_ROUNDS` rounds stay, so dropped columns do not cycle back)."""
+_FRESH_ROUNDS = 10
 _TIE = 1e-6
 """Relative cost per hop from the root that breaks ties towards shallow trees."""
 
@@ -85,6 +89,7 @@ def pack_trees(
     pricer = _Pricer(edges)
     uniform = np.ones(len(edges.src))
     columns = [pricer.column(r, pricer.arborescence(r, uniform)) for r in roots]
+    retired: list[tuple[int, tuple[int, ...], np.ndarray]] = []
     center, best = None, -np.inf
     for rounds in range(1, max_rounds + 1):
         value, y, prices, mu = _master(columns, roots)
@@ -97,17 +102,37 @@ def pack_trees(
         if not entering and point is not prices:  # mispriced at the smoothed point
             entering = _entering(pricer.price(roots, prices), prices, mu, value)
         if not entering:
+            weights = [float(w) if w > 1e-12 else 0.0 for w in y] + [0.0] * len(retired)
             every = tuple(
-                WeightedTree(r, parent, float(w) if w > 1e-12 else 0.0)
-                for (r, parent, _), w in zip(columns, y, strict=True)
+                WeightedTree(r, parent, w)
+                for (r, parent, _), w in zip(columns + retired, weights, strict=True)
             )
             trees = tuple(t for t in every if t.weight > 0)
             elapsed = time.perf_counter() - start
             return TreePacking(trees, value / pricer.scale, every, rounds, elapsed)
+        columns, dropped = _prune(columns, y, prices, mu, roots)
+        retired += dropped
         columns += entering
     raise AlgorithmError(
         f"tree packing on {edges.topology.name} did not converge in {max_rounds} rounds; "
         "raise max_rounds"
+    )
+
+
+def _prune(columns, y, prices, mu, roots):
+    """``(kept, dropped)``: beyond :data:`_MOST_COLUMNS`, the unused columns of the highest
+    reduced cost leave the master LP (they stay candidates for integral shares)."""
+    if len(columns) <= _MOST_COLUMNS:
+        return columns, []
+    position = {r: i for i, r in enumerate(roots)}
+    reduced = np.array([c[2] @ prices - mu[position[c[0]]] for c in columns])
+    reduced[y > 1e-12] = -np.inf
+    reduced[-_FRESH_ROUNDS * len(roots) :] = -np.inf
+    keep = np.zeros(len(columns), dtype=bool)
+    keep[np.argsort(reduced, kind="stable")[:_MOST_COLUMNS]] = True
+    return (
+        [c for c, k in zip(columns, keep, strict=True) if k],
+        [c for c, k in zip(columns, keep, strict=True) if not k],
     )
 
 
@@ -175,17 +200,18 @@ def integral_shares(
     *,
     units: Sequence[int] = range(1, 13),
     slack: float = 0.005,
-    time_limit: float = 1.0,
-    budget: float = 3.0,
+    nodes: int = 10,
+    time_limit: float = 2.0,
+    budget: float = 10.0,
 ) -> tuple[tuple[WeightedTree, ...], int]:
     """Trees whose weights are whole ``units``-ths of each root's data, and ``units``.
 
-    First, for each of ``units``: the optimum rounded root by root
-    (:func:`~commflow.synth.rounding.balanced_round`); the first within ``slack`` (relative)
-    of the optimum wins. Else, for each of ``units`` in turn until ``budget`` seconds have
-    passed: integer shares over every candidate tree within ``slack`` of the optimum, found
-    by a MILP (scipy HiGHS, at most ``time_limit`` seconds); the first found wins. Else the
-    fastest rounding. Weights are ``count / units``.
+    For each of ``units`` in turn, the first of these within ``slack`` (relative) of the
+    optimum wins: the optimum rounded root by root
+    (:func:`~commflow.synth.rounding.balanced_round`), else (until ``budget`` seconds have
+    passed) integer shares over every candidate tree found by a MILP (scipy HiGHS, at most
+    ``nodes`` branch-and-bound nodes, which keeps the result independent of machine load,
+    and ``time_limit`` seconds). Else the fastest rounding. Weights are ``count / units``.
     """
     deadline = time.perf_counter() + budget
     candidates = packing.candidates
@@ -199,14 +225,11 @@ def integral_shares(
     for total in units:
         counts = balanced_round(loads, group, weights, total)
         tried.append((float((loads @ counts).max()) / total, total, counts))
-        if tried[-1][0] <= target:
-            return _weighted(candidates, counts, total), total
-    for total in units:
         left = deadline - time.perf_counter()
-        if left <= 0:
-            break
-        counts = _integer_shares(loads, group, total, target, min(time_limit, left))
-        if counts is not None:
+        if tried[-1][0] > target and left > 0:
+            exact = _integer_shares(loads, group, total, target, nodes, min(time_limit, left))
+            counts = tried[-1][2] if exact is None else exact
+        if float((loads @ counts).max()) / total <= target:
             return _weighted(candidates, counts, total), total
     _, total, counts = min(tried, key=lambda x: x[:2])
     return _weighted(candidates, counts, total), total
@@ -221,10 +244,10 @@ def _weighted(candidates, counts, total) -> tuple[WeightedTree, ...]:
     )
 
 
-def _integer_shares(loads, group, units, target, time_limit) -> np.ndarray | None:
+def _integer_shares(loads, group, units, target, nodes, time_limit) -> np.ndarray | None:
     """Integer counts of the columns of ``loads``, ``units`` per ``group``, with every row of
-    ``loads @ counts`` at most ``target * units``; ``None`` when HiGHS finds none in
-    ``time_limit`` seconds."""
+    ``loads @ counts`` at most ``target * units``; ``None`` when HiGHS finds none within
+    ``nodes`` nodes and ``time_limit`` seconds."""
     ncol = loads.shape[1]
     a_eq = np.zeros((int(group.max()) + 1, ncol))
     a_eq[group, np.arange(ncol)] = 1.0
@@ -236,7 +259,7 @@ def _integer_shares(loads, group, units, target, time_limit) -> np.ndarray | Non
         ],
         integrality=np.ones(ncol),
         bounds=Bounds(0, units),
-        options={"time_limit": time_limit},
+        options={"node_limit": nodes, "time_limit": time_limit},
     )
     return None if res.x is None else np.round(res.x)
 
@@ -266,8 +289,9 @@ def _hops(edges: LogicalEdges) -> np.ndarray:
 def _edmonds(weights: np.ndarray, root: int) -> np.ndarray | None:
     """Chu-Liu/Edmonds minimum arborescence on a dense ``[src][dst]`` cost matrix (``inf``: no
     edge): parents (-1 at ``root``), or ``None`` when some node is unreachable. Each round
-    takes every node's cheapest incoming edge; a cycle among them is contracted (edges into
-    it cost what they save over the cycle edge they replace) and solved recursively."""
+    takes every node's cheapest incoming edge; all cycles among them are contracted at once
+    (edges into a cycle cost what they save over the cycle edge they replace) and the
+    contracted graph is solved recursively."""
     n = len(weights)
     weights = weights.copy()
     np.fill_diagonal(weights, np.inf)
@@ -275,49 +299,54 @@ def _edmonds(weights: np.ndarray, root: int) -> np.ndarray | None:
     parent = weights.argmin(axis=0)
     parent[root] = -1
     best = weights[parent, np.arange(n)]
-    if np.isinf(np.delete(best, root)).any():
+    best[root] = 0.0
+    if np.isinf(best).any():
         return None
-    cycle = _cycle(parent)
-    if cycle is None:
+    labels, cyclic = _contraction(parent)
+    if not cyclic.any():
         return parent
-    inside = np.zeros(n, dtype=bool)
-    inside[cycle] = True
-    others = np.flatnonzero(~inside)
-    c = len(others)
-    into = weights[np.ix_(others, cycle)] - best[cycle][None, :]
-    leave = weights[np.ix_(cycle, others)]
-    small = np.full((c + 1, c + 1), np.inf)
-    small[:c, :c] = weights[np.ix_(others, others)]
-    small[:c, c] = into.min(axis=1)
-    small[c, :c] = leave.min(axis=0)
-    sub = _edmonds(small, int(np.searchsorted(others, root)))
+    adjusted = weights - np.where(cyclic, best, 0.0)[None, :]
+    adjusted[labels[:, None] == labels[None, :]] = np.inf
+    order = np.argsort(labels, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(labels[order]) != 0])
+    small = np.minimum.reduceat(np.minimum.reduceat(adjusted[order], starts, axis=0)[:, order],
+                                starts, axis=1)  # fmt: skip
+    sub = _edmonds(small, int(labels[root]))
     if sub is None:
         return None
-    result = parent.copy()
-    for j, v in enumerate(others.tolist()):
-        p = sub[j]
+    members = np.split(order, starts[1:])
+    for c, p in enumerate(sub.tolist()):
         if p >= 0:
-            result[v] = cycle[int(leave[:, j].argmin())] if p == c else others[p]
-    enter = int(sub[c])
-    result[cycle[int(into[enter].argmin())]] = others[enter]
-    return result
+            block = adjusted[np.ix_(members[p], members[c])]
+            u, v = np.unravel_index(int(block.argmin()), block.shape)
+            parent[members[c][v]] = members[p][u]
+    return parent
 
 
-def _cycle(parent: np.ndarray) -> list[int] | None:
-    """Nodes of one cycle of the parent pointers, or ``None`` when they form a tree."""
-    mark = np.full(len(parent), -1)
-    for start in range(len(parent)):
+def _contraction(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Component labels (``0 ..``) of the parent pointers' nodes, each cycle one component and
+    every other node its own, and which nodes lie on a cycle."""
+    n = len(parent)
+    mark = np.full(n, -1)
+    labels = np.full(n, -1)
+    cyclic = np.zeros(n, dtype=bool)
+    count = 0
+    for start in range(n):
         v = start
         while v != -1 and mark[v] == -1:
             mark[v] = start
             v = int(parent[v])
         if v != -1 and mark[v] == start:
-            cycle, u = [v], int(parent[v])
-            while u != v:
-                cycle.append(u)
+            u = v
+            while True:
+                labels[u], cyclic[u] = count, True
                 u = int(parent[u])
-            return cycle
-    return None
+                if u == v:
+                    break
+            count += 1
+    alone = np.flatnonzero(labels < 0)
+    labels[alone] = count + np.arange(len(alone))
+    return labels, cyclic
 
 
 def _master(columns, roots):

@@ -1,4 +1,4 @@
-"""The step graph of a program and the vectorised sweep both cost models run on.
+"""The step graph of a program and the sweep both cost models run on.
 
 A step's predecessors are the previous step of its channel, its explicit ``deps`` and, for a
 receive, the send it matches (:func:`commflow.ir.match_transfers`). Timing rules shared by the
@@ -14,8 +14,9 @@ models (times in seconds, bandwidths in bytes/s):
 :class:`Sweep` walks the graph in Kahn order, a whole frontier at a time. *Wave 0* is the set
 of steps with no predecessor; wave ``w + 1`` is the set of steps whose last outstanding
 predecessor completed in wave ``w`` (equivalently: the steps whose longest chain of
-predecessors has ``w + 1`` steps). Every operation on a wave is a numpy operation over the
-wave's steps; Python iterates once per wave (the depth of the graph), never per step.
+predecessors has ``w + 1`` steps). The sweep itself is compiled (:mod:`commflow.sim.kernels`)
+and runs wave after wave in one call until a contended send needs the model; Python sees
+only those sends.
 """
 
 from __future__ import annotations

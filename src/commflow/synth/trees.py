@@ -314,12 +314,14 @@ def _edmonds(weights: np.ndarray, root: int) -> np.ndarray | None:
     sub = _edmonds(small, int(labels[root]))
     if sub is None:
         return None
-    members = np.split(order, starts[1:])
-    for c, p in enumerate(sub.tolist()):
-        if p >= 0:
-            block = adjusted[np.ix_(members[p], members[c])]
-            u, v = np.unravel_index(int(block.argmin()), block.shape)
-            parent[members[c][v]] = members[p][u]
+    source = sub[labels]  # the component each node's component hangs from (-1: the root's)
+    entering = np.where(labels[:, None] == source[None, :], adjusted, np.inf)
+    tail = entering.argmin(axis=0)
+    cost = entering[tail, np.arange(n)]
+    by_cost = np.lexsort((cost, labels))
+    head = by_cost[np.r_[True, np.diff(labels[by_cost]) != 0]]  # cheapest entry per component
+    head = head[source[head] >= 0]
+    parent[head] = tail[head]
     return parent
 
 

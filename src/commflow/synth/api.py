@@ -14,7 +14,7 @@ from commflow.synth.trees import integral_shares, pack_trees
 from commflow.topology.graph import Topology
 from commflow.topology.routing import diameter
 
-_UNITS = range(1, 13)
+_UNITS = range(1, 25)
 """Share counts per root :func:`~commflow.synth.trees.integral_shares` tries, fewest first."""
 
 ALLTOALL_CHUNKS = 24

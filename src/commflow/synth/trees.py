@@ -198,7 +198,7 @@ def integral_shares(
     edges: LogicalEdges,
     packing: TreePacking,
     *,
-    units: Sequence[int] = range(1, 13),
+    units: Sequence[int] = range(1, 25),
     slack: float = 0.005,
     nodes: int = 10,
     time_limit: float = 2.0,

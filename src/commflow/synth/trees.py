@@ -40,6 +40,7 @@ _MOST_COLUMNS = 2000
 """Columns the master LP keeps: beyond them, unused ones of the highest reduced cost go
 (those of the last :data:`_FRESH_ROUNDS` rounds stay, so dropped columns do not cycle back)."""
 _FRESH_ROUNDS = 10
+"""Rounds for which a new column is safe from :data:`_MOST_COLUMNS` pruning."""
 _TIE = 1e-6
 """Relative cost per hop from the root that breaks ties towards shallow trees."""
 

@@ -11,7 +11,14 @@
 """
 
 from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, alltoall_program
-from commflow.synth.api import ALLTOALL_CHUNKS, DEFAULT_PIECES, OBJECTIVES, synthesize
+from commflow.synth.api import (
+    ALLTOALL_CHUNKS,
+    DEFAULT_PIECES,
+    MAX_STEPS,
+    OBJECTIVES,
+    PIECES_PER_LEVEL,
+    synthesize,
+)
 from commflow.synth.balanced import DEFAULT_SIZE, Candidate, candidates, message_depth
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import lower
@@ -38,6 +45,8 @@ __all__ = [
     "alltoall_flow",
     "alltoall_program",
     "DEFAULT_PIECES",
+    "MAX_STEPS",
+    "PIECES_PER_LEVEL",
     "OBJECTIVES",
     "LogicalEdges",
     "TreePacking",

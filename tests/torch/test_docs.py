@@ -21,10 +21,19 @@ def switching_section() -> str:
     return DOC.read_text().split("## Switching", 1)[1].split("\n## ", 1)[0]
 
 
+_SCRIPTS: list[dict] = []
+"""Namespaces of the scripts run in this rank, kept alive until the rank exits (``os._exit``):
+freeing a gloo DDP model can deadlock in torch (the ProcessGroupGloo destructor joins its
+worker thread while holding the GIL, and that thread waits for the GIL to drop a Python
+object), which hung this test once in a full run."""
+
+
 def _run_script(code: str) -> str:
     printed = io.StringIO()
+    namespace = {"__name__": "__main__"}
+    _SCRIPTS.append(namespace)
     with contextlib.redirect_stdout(printed):
-        exec(compile(code, "ddp.py", "exec"), {"__name__": "__main__"})
+        exec(compile(code, "ddp.py", "exec"), namespace)
     return printed.getvalue().strip()
 
 

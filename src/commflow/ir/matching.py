@@ -9,6 +9,8 @@ from commflow.ir.program import Program
 from commflow.ir.step import Op
 
 _KIND = np.zeros(max(Op) + 1, dtype=np.int8)
+"""Per op, the ``kind`` code of :func:`commflow.ir.matching_kernel.match` (its ``SEND`` = 1,
+``RECV`` = 2; the kernel module is imported on first use, as it loads numba)."""
 _KIND[Op.SEND] = 1
 _KIND[[Op.RECV, Op.RECV_REDUCE]] = 2
 

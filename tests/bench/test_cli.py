@@ -7,24 +7,14 @@ import json
 import pytest
 
 from commflow.bench import Measurement, Summary
-from commflow.cli import main
 from commflow.cli.bench import _table
 from commflow.collectives import Collective
 
-
-def _run(capsys, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(["bench", *args])
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from .cli_runner import run_bench
 
 
 def test_help_documents_the_defaults(capsys):
-    code, out, _ = _run(capsys, "--help")
+    code, out, _ = run_bench(capsys, "--help")
     assert code == 0
     for text in (
         "-b 8 -e 64M -f 2",
@@ -40,7 +30,7 @@ def test_help_documents_the_defaults(capsys):
 
 def test_tiny_run_prints_the_table_notes_bound_and_json(capsys, tmp_path):
     path = tmp_path / "records.json"
-    code, out, _ = _run(
+    code, out, _ = run_bench(
         capsys,
         "-n",
         "2",
@@ -104,7 +94,7 @@ def test_tiny_run_prints_the_table_notes_bound_and_json(capsys, tmp_path):
     ],
 )
 def test_errors_exit_2_with_one_line(capsys, args, message):
-    code, _, err = _run(capsys, "-n", "2", *args)
+    code, _, err = run_bench(capsys, "-n", "2", *args)
     assert code == 2
     assert message in err and "Traceback" not in err
 

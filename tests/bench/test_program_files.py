@@ -11,10 +11,11 @@ import pytest
 from commflow import topology
 from commflow.bench import BenchConfig, run_benchmark, suite
 from commflow.bench.algos import label
-from commflow.cli import main
 from commflow.ir import load_program, save_program
 from commflow.runtime.programs import is_program_file
 from commflow.synth import synthesize
+
+from .cli_runner import run_bench
 
 RING3 = topology.load("ring3")
 
@@ -25,15 +26,6 @@ def _save(path: Path, collective: str, root: int = 0) -> Path:
     return path
 
 
-def _bench(capsys, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(["bench", *args])
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_entries_ending_in_json_are_program_files_labelled_by_file_name():
@@ -46,7 +38,7 @@ def test_bench_runs_a_program_file_beside_a_named_algorithm(capsys, tmp_path, mo
     monkeypatch.chdir(tmp_path)
     assert 85 % load_program(_save(tmp_path / "ag3.json", "allgather")).chunk_factor
     records = tmp_path / "records.json"
-    code, out, err = _bench(
+    code, out, err = run_bench(
         capsys,
         "allgather",
         "-n",
@@ -101,7 +93,7 @@ def test_ranks_get_the_absolute_path_and_ratios_use_the_label(tmp_path, monkeypa
 )
 def test_a_program_for_another_collective_or_rank_count_exits_2(capsys, tmp_path, args, message):
     path = _save(tmp_path / "ag3.json", "allgather")
-    code, _, err = _bench(capsys, *args, "--algo", str(path), "--vs", "none")
+    code, _, err = run_bench(capsys, *args, "--algo", str(path), "--vs", "none")
     assert code == 2
     text = " ".join(err.split())
     assert f"--algo {path}: program 'allgather/synth_trees' {message}" in text
@@ -110,15 +102,15 @@ def test_a_program_for_another_collective_or_rank_count_exits_2(capsys, tmp_path
 
 def test_a_program_for_another_root_exits_2(capsys, tmp_path):
     path = _save(tmp_path / "bcast.json", "broadcast", root=2)
-    code, _, err = _bench(capsys, "broadcast", "-n", "3", "-r", "1", "--algo", str(path))
+    code, _, err = run_bench(capsys, "broadcast", "-n", "3", "-r", "1", "--algo", str(path))
     assert code == 2
     assert "has root 2, not 1" in " ".join(err.split())
 
 
 def test_missing_and_clashing_program_files_exit_2(capsys, tmp_path):
-    code, _, err = _bench(capsys, "allgather", "-n", "3", "--algo", str(tmp_path / "no.json"))
+    code, _, err = run_bench(capsys, "allgather", "-n", "3", "--algo", str(tmp_path / "no.json"))
     assert code == 2 and "cannot read program file" in err
     first, second = _save(tmp_path / "a" / "ag.json", "allgather"), tmp_path / "b" / "ag.json"
     _save(second, "allgather")
-    code, _, err = _bench(capsys, "allgather", "-n", "3", "--algo", f"{first},{second}")
+    code, _, err = run_bench(capsys, "allgather", "-n", "3", "--algo", f"{first},{second}")
     assert code == 2 and "program files are labelled by file name" in " ".join(err.split())

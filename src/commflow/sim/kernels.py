@@ -83,28 +83,25 @@ def wave_complete(steps: np.ndarray, indegree: np.ndarray, graph: tuple, bits: t
         i = steps[k]
         c = code[i]
         if not c & last:
-            indegree[i + 1] -= 1
-            if indegree[i + 1] == 0:
-                indegree[i + 1] = -1
-                ready[n] = i + 1
-                n += 1
+            n = _release(indegree, i + 1, ready, n)
         if c & send:
-            j = partner[i]
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                indegree[j] = -1
-                ready[n] = j
-                n += 1
-        if not has_deps:
-            continue
-        for e in range(succ_ptr[i], succ_ptr[i + 1]):
-            j = succ_idx[e]
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                indegree[j] = -1
-                ready[n] = j
-                n += 1
+            n = _release(indegree, partner[i], ready, n)
+        if has_deps:
+            for e in range(succ_ptr[i], succ_ptr[i + 1]):
+                n = _release(indegree, succ_idx[e], ready, n)
     return ready[:n]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _release(indegree: np.ndarray, j: int, ready: np.ndarray, n: int) -> int:
+    """Count down step ``j``'s predecessors; append it to ``ready[n:]`` (marked taken) when
+    none is left. Returns the new length of ``ready``."""
+    indegree[j] -= 1
+    if indegree[j] == 0:
+        indegree[j] = -1
+        ready[n] = j
+        n += 1
+    return n
 
 
 @njit(cache=True, nogil=True)

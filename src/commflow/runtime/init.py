@@ -87,8 +87,25 @@ def init(
         )
     if spec.local_size != spec.size or "COMMFLOW_HOST" in os.environ:
         return _join_hosts(spec, os.environ, timeout=timeout)
+    bind_to_cpus(spec.local_rank, spec.local_size, os.environ)
     transport = _shm_transport(spec.job, spec.local_rank, list(range(spec.size)), "host0", timeout)
     return Communicator(spec, transport, timeout=timeout)
+
+
+def bind_to_cpus(local_rank: int, local_size: int, env: Mapping[str, str]) -> tuple[int, ...]:
+    """Pin this rank to its own block of the CPUs the process may use, as Open MPI binds ranks
+    to cores by default: rank ``i`` of ``local_size`` gets CPUs ``[i*k, (i+1)*k)`` of the
+    allowed set, ``k = ncpus // local_size``, so two ranks never share a core while another
+    idles (a waiting rank spins before it yields, and would steal its peer's time). Skipped
+    (returns ``()``) when ``COMMFLOW_BIND=none`` or the host has more ranks than CPUs;
+    returns the CPUs bound to otherwise."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if env.get("COMMFLOW_BIND", "").lower() == "none" or local_size > len(allowed):
+        return ()
+    k = len(allowed) // local_size
+    mine = tuple(allowed[local_rank * k:(local_rank + 1) * k])
+    os.sched_setaffinity(0, mine)
+    return mine
 
 
 def _join_hosts(spec: WorldSpec, env: Mapping[str, str], *, timeout: float) -> Communicator:

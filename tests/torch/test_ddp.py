@@ -19,11 +19,10 @@ BUCKET_MB = 0.002
 """2 KB buckets: three buckets for the four layers (after DDP rebuilds them)."""
 
 
-def _train(group=None, hook=None) -> tuple[list[np.ndarray], str]:
-    """Parameters after STEPS of SGD with momentum on rank-dependent data, and DDP's
-    bucket sizes (bytes) after its rebuild."""
+def _model() -> torch.nn.Module:
+    """The test model, with the same initial parameters on every call (seeded)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
+    return torch.nn.Sequential(
         torch.nn.Linear(16, 32),
         torch.nn.Tanh(),
         torch.nn.Linear(32, 32),
@@ -32,6 +31,12 @@ def _train(group=None, hook=None) -> tuple[list[np.ndarray], str]:
         torch.nn.Tanh(),
         torch.nn.Linear(32, 4),
     )
+
+
+def _train(group=None, hook=None) -> tuple[list[np.ndarray], str]:
+    """Parameters after STEPS of SGD with momentum on rank-dependent data, and DDP's
+    bucket sizes (bytes) after its rebuild."""
+    model = _model()
     ddp = DistributedDataParallel(model, process_group=group, bucket_cap_mb=BUCKET_MB)
     if hook is not None:
         ddp.register_comm_hook(*hook)
@@ -116,14 +121,5 @@ def test_bfloat16_hook_with_error_feedback_tracks_float32_training(two_ranks):
 
 
 def _train_start() -> list[np.ndarray]:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(16, 32),
-        torch.nn.Tanh(),
-        torch.nn.Linear(32, 32),
-        torch.nn.Tanh(),
-        torch.nn.Linear(32, 32),
-        torch.nn.Tanh(),
-        torch.nn.Linear(32, 4),
-    )
+    model = _model()
     return [p.detach().numpy() for p in model.parameters()]

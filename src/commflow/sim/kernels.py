@@ -26,129 +26,125 @@ def duration(i: int, c: int, cost: tuple, bits: tuple) -> float:
     """Seconds step ``i`` (code ``c``) takes when its time does not depend on other traffic:
     a send not contended, its bytes times its connection's seconds per byte alone; a step
     that reduces or copies, its bytes over that bandwidth; else (and for contended sends,
-    which the model times) 0."""
-    count, of_step, _, solo, chunk_bytes, reduce_bandwidth, copy_bandwidth = cost
-    _, _, send, _, reduces, copies, contended = bits
+    which the model times) 0. (``cost`` is indexed, not unpacked: unpacking its arrays here
+    would add reference counting to every step of the sweep.)"""
+    send, reduces, copies, contended = bits[2], bits[4], bits[5], bits[6]
     if c & send:
-        return 0.0 if c & contended else count[i] * chunk_bytes * solo[of_step[i]]
-    if c & reduces and reduce_bandwidth > 0:
-        return count[i] * chunk_bytes / reduce_bandwidth
-    if c & copies and copy_bandwidth > 0:
-        return count[i] * chunk_bytes / copy_bandwidth
+        return 0.0 if c & contended else cost[0][i] * cost[4] * cost[3][cost[1][i]]
+    if c & reduces and cost[5] > 0:
+        return cost[0][i] * cost[4] / cost[5]
+    if c & copies and cost[6] > 0:
+        return cost[0][i] * cost[4] / cost[6]
     return 0.0
 
 
 @njit(cache=True, nogil=True)
-def wave_start(
-    steps: np.ndarray, finish: np.ndarray, graph: tuple, cost: tuple, bits: tuple
-) -> np.ndarray:
-    """Start time (seconds) of each of ``steps``: the latest of its channel predecessor's
-    finish (unless it is the first of its channel), its dependencies' finishes and, for a
-    receive, its send's finish plus the send's connection latency. Sets each step's
-    ``finish`` to its start plus its :func:`duration`."""
-    code, partner, dep_ptr, dep_idx, _, _, has_deps = graph
-    of_step, latency = cost[1], cost[2]
-    first, recv = bits[0], bits[3]
-    start = np.empty(len(steps), dtype=np.float64)
-    for k in range(len(steps)):
-        i = steps[k]
-        c = code[i]
-        t = 0.0 if c & first else finish[i - 1]
-        if has_deps:
-            for e in range(dep_ptr[i], dep_ptr[i + 1]):
-                t = max(t, finish[dep_idx[e]])
-        if c & recv:
-            j = partner[i]
-            t = max(t, finish[j] + latency[of_step[j]])
-        start[k] = t
-        finish[i] = t + duration(i, c, cost, bits)
-    return start
-
-
-@njit(cache=True, nogil=True)
-def wave_complete(steps: np.ndarray, indegree: np.ndarray, graph: tuple, bits: tuple) -> np.ndarray:
-    """Count down the predecessors of the successors of the completed ``steps`` and return
-    those now ready, each once, marked taken (indegree -1). Successors: the next step of the
-    channel unless ``steps`` is its last, a send's receive, and the steps listing it as a
-    dependency."""
-    code, partner, _, _, succ_ptr, succ_idx, has_deps = graph
-    last, send = bits[1], bits[2]
-    bound = 2 * len(steps)
-    if has_deps:
-        for k in range(len(steps)):
-            bound += succ_ptr[steps[k] + 1] - succ_ptr[steps[k]]
-    ready = np.empty(bound, dtype=np.int64)
-    n = 0
-    for k in range(len(steps)):
-        i = steps[k]
-        c = code[i]
-        if not c & last:
-            n = _release(indegree, i + 1, ready, n)
-        if c & send:
-            n = _release(indegree, partner[i], ready, n)
-        if has_deps:
-            for e in range(succ_ptr[i], succ_ptr[i + 1]):
-                n = _release(indegree, succ_idx[e], ready, n)
-    return ready[:n]
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _release(indegree: np.ndarray, j: int, ready: np.ndarray, n: int) -> int:
-    """Count down step ``j``'s predecessors; append it to ``ready[n:]`` (marked taken) when
-    none is left. Returns the new length of ``ready``."""
-    indegree[j] -= 1
-    if indegree[j] == 0:
-        indegree[j] = -1
-        ready[n] = j
-        n += 1
-    return n
-
-
-@njit(cache=True, nogil=True)
-def run_waves(
+def run_sweep(
     ready: np.ndarray,
+    done: np.ndarray,
     finish: np.ndarray,
     indegree: np.ndarray,
     graph: tuple,
     cost: tuple,
     bits: tuple,
     hold: bool,
+    depth_first: bool,
+    capacity: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Sweep wave after wave from the ``ready`` steps (:func:`wave_start`, then
-    :func:`wave_complete`) while no step needs the model: a contended send.
+    """Kahn sweep from the ``ready`` steps and the successors of the ``done`` steps (completed
+    by the model, ``finish`` set) while no step needs the model: a contended send.
 
+    Every swept step gets ``finish`` = its start (the latest of its channel predecessor's
+    finish, its dependencies' finishes and, for a receive, its send's finish plus the
+    connection's latency) plus its :func:`duration`; its successors whose last predecessor
+    it was become ready (``indegree`` counts down; -1 marks a step taken). Successors: the
+    next step of the channel, a send's receive, the steps listing it as a dependency.
+
+    Wave by wave (first in, first out), unless ``depth_first``: then each step's channel
+    runs on while its next step is ready, so the sweep walks memory along channels (only
+    valid when no step is contended: any topological order then gives the same times).
     With ``hold``, contended sends are set aside (started, not completed) and the sweep goes
-    on without them; otherwise the sweep stops at the first wave holding one, started, not
-    completed. Returns ``(held, held_start, stopped_wave, completed)``: the held sends and
-    their start times (seconds), the stopped wave (empty if none) and the number of steps
+    on without them; otherwise it stops at the first wave holding one, started, not
+    completed. ``capacity``: the number of channels (at most one ready step each). Returns
+    ``(held, held_start, stopped_wave, completed)``: the held sends and their start times
+    (seconds), the stopped wave (empty if none) and the number of steps swept and
     completed."""
-    code = graph[0]
-    contended = bits[6]
+    code, partner, dep_ptr, dep_idx, succ_ptr, succ_idx, has_deps = graph
+    of_step, latency = cost[1], cost[2]
+    first, last, send, recv, contended = bits[0], bits[1], bits[2], bits[3], bits[6]
     held = np.empty(16, dtype=np.int64)
     held_start = np.empty(16, dtype=np.float64)
-    nheld = 0
-    completed = 0
-    wave = ready
-    while len(wave):
-        start = wave_start(wave, finish, graph, cost, bits)
-        nfree = 0
-        for k in range(len(wave)):
+    nheld = completed = 0
+    wave = np.empty(capacity, dtype=np.int64)
+    nxt = np.empty(capacity, dtype=np.int64)
+    n, m = len(done), len(ready)
+    wave[:n] = done
+    nxt[:m] = ready
+    timed = False  # the first pass releases the successors of ``done`` only
+    while True:
+        stop = False
+        if timed and not hold:
+            for k in range(n):
+                if code[wave[k]] & contended:
+                    stop = True
+                    break
+        for k in range(n):
             i = wave[k]
-            if code[i] & contended:
-                if not hold:
-                    return held[:0], held_start[:0], wave, completed
-                if nheld == len(held):
-                    held = np.concatenate((held, np.empty(nheld, dtype=np.int64)))
-                    held_start = np.concatenate((held_start, np.empty(nheld)))
-                held[nheld] = i
-                held_start[nheld] = start[k]
-                nheld += 1
-            else:
-                wave[nfree] = i
-                nfree += 1
-        completed += nfree
-        wave = wave_complete(wave[:nfree], indegree, graph, bits)
-    return held[:nheld], held_start[:nheld], wave, completed
+            while True:
+                c = code[i]
+                if timed:
+                    t = 0.0 if c & first else finish[i - 1]
+                    if has_deps:
+                        for e in range(dep_ptr[i], dep_ptr[i + 1]):
+                            t = max(t, finish[dep_idx[e]])
+                    if c & recv:
+                        j = partner[i]
+                        t = max(t, finish[j] + latency[of_step[j]])
+                    finish[i] = t + duration(i, c, cost, bits)
+                    if stop:
+                        break
+                    if c & contended:
+                        if nheld == len(held):
+                            held = np.concatenate((held, np.empty(nheld, dtype=np.int64)))
+                            held_start = np.concatenate((held_start, np.empty(nheld)))
+                        held[nheld] = i
+                        held_start[nheld] = t
+                        nheld += 1
+                        break
+                    completed += 1
+                run_on = False  # whether to go on with the channel's next step, now ready
+                if not c & last:
+                    indegree[i + 1] -= 1
+                    if indegree[i + 1] == 0:
+                        indegree[i + 1] = -1
+                        run_on = depth_first and timed
+                        if not run_on:
+                            nxt[m] = i + 1
+                            m += 1
+                # the other successors: a send's receive, then the dependent steps
+                j = partner[i] if c & send else -1
+                e, end = (succ_ptr[i], succ_ptr[i + 1]) if has_deps else (0, 0)
+                while True:
+                    if j >= 0:
+                        indegree[j] -= 1
+                        if indegree[j] == 0:
+                            indegree[j] = -1
+                            nxt[m] = j
+                            m += 1
+                    if e == end:
+                        break
+                    j = succ_idx[e]
+                    e += 1
+                if not run_on:
+                    break
+                i += 1
+        if stop:
+            return held[:0], held_start[:0], wave[:n].copy(), completed
+        if not m:
+            return held[:nheld], held_start[:nheld], wave[:0], completed
+        wave, nxt = nxt, wave
+        n, m = m, 0
+        timed = True
 
 
 @njit(cache=True, nogil=True)

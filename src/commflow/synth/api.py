@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 from commflow.collectives import Collective, check_root, parse_collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program
 from commflow.synth.alltoall_lp import alltoall_flow, alltoall_program
 from commflow.synth.balanced import balanced
-from commflow.synth.links import logical_edges
+from commflow.synth.forest import Forest, forest, mirror
+from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import depth, lower, steps_per_piece
 from commflow.synth.steps import pareto, schedule_program
-from commflow.synth.trees import integral_shares, pack_trees
+from commflow.synth.trees import WeightedTree, integral_shares, pack_trees
 from commflow.topology.graph import Topology
 from commflow.topology.routing import diameter
 
@@ -26,13 +30,18 @@ OBJECTIVES = ("bandwidth", "latency", "balanced")
 DEFAULT_PIECES = 128
 """Most pipelined chunks per share the ``balanced`` objective tries in tree programs."""
 
-PIECES_PER_LEVEL = 32
+PIECES_PER_LEVEL = 64
 """Pipelined chunks per share and tree level when ``pieces`` is not given. A share's last chunk
-trails its first by the tree depth, so the time lost is about ``depth / pieces``: 32 per level
-keeps it near 1% at 1 GiB (MI250, 13 levels: 98.7% of the bound with 416 pieces)."""
+trails its first by the tree depth, so the time lost is about ``depth / pieces``: 64 per level
+keeps it within ~1.7% at 1 GiB (DGX H100 x2 reduce-scatter, 4 levels: 98.3% of the bound
+with 256 pieces in the flow model)."""
 
 MAX_STEPS = 2_000_000
 """Most steps a tree program gets from the default ``pieces`` (fewer pieces beyond it)."""
+
+MIN_PIECES = 128
+"""Pieces per share the number of trees per root must leave room for within
+:data:`MAX_STEPS` (pipelining needs them; a few more trees gain little)."""
 
 
 def synthesize(
@@ -98,6 +107,32 @@ def _fewest_steps(kind: Collective, topology: Topology, time_limit: float | None
     return schedule_program(best, topology.nranks, name="allgather/synth_steps")
 
 
+def _shares(
+    edges: LogicalEdges,
+    roots: list[int] | None,
+    units: Sequence[int],
+    most_trees: int,
+    mirrored: Forest | None = None,
+) -> tuple[tuple[WeightedTree, ...], int, Forest | None]:
+    """Trees in whole shares of each root's data, the shares per root, and the exact
+    integer packing when it gave them: ``mirrored`` turned round if that is as good
+    (:func:`~commflow.synth.forest.mirror`), else :func:`~commflow.synth.forest.forest` with
+    up to ``most_trees`` trees per root, else the column-generation packing rounded to one
+    of ``units`` shares."""
+    exact = None if mirrored is None else mirror(mirrored, edges, roots)
+    exact = exact or forest(edges, roots, most_trees=most_trees)
+    if exact is not None:
+        return exact.trees, exact.k, exact
+    return *integral_shares(edges, pack_trees(edges, roots), units=units), None
+
+
+def _most_trees(kind: Collective, nranks: int) -> int:
+    """Trees per root that leave every share :data:`MIN_PIECES` pieces within
+    :data:`MAX_STEPS` (at least 4, at most the largest of the share counts tried)."""
+    fit = MAX_STEPS // (MIN_PIECES * steps_per_piece(kind, nranks, 1))
+    return min(max(4, fit), _UNITS[-1])
+
+
 def _tree_program(
     kind: Collective, topology: Topology, root: int | None, pieces: int | None
 ) -> Program:
@@ -109,15 +144,23 @@ def _tree_program(
     roots = None if root is None else [root]
     down = up = ()
     units = 1
+    most = _most_trees(kind, topology.nranks)
+    exact = None
+    methods = set()
     if kind in (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE):
-        out_packing = pack_trees(edges, roots)
-        down, units = integral_shares(edges, out_packing)
+        down, units, exact = _shares(edges, roots, _UNITS, most)
+        methods.add(exact is not None)
     if kind.reduces:
         reverse = edges.reversed()
         tries = [units, *_UNITS] if down else _UNITS
-        up, up_units = integral_shares(reverse, pack_trees(reverse, roots), units=tries)
-        if down and up_units != units:  # allreduce: both halves in the same shares
-            down, _ = integral_shares(edges, out_packing, units=[up_units])
+        up, up_units, up_exact = _shares(reverse, roots, tries, most, mirrored=exact)
+        methods.add(up_exact is not None)
+        if down and up_units != units:  # allreduce: both halves cut into the same shares
+            if math.lcm(units, up_units) <= _UNITS[-1]:
+                up_units = math.lcm(units, up_units)
+            else:
+                down, _ = integral_shares(edges, pack_trees(edges, roots), units=[up_units])
+                methods.add(False)
         units = up_units
     if pieces is None:
         most = MAX_STEPS // steps_per_piece(kind, topology.nranks, units)
@@ -131,5 +174,10 @@ def _tree_program(
         pieces=pieces,
         name=f"{kind.value}/synth_trees",
         root=root,
-        params={"topology": topology.name, "units": units, "pieces": pieces},
+        params={
+            "topology": topology.name,
+            "units": units,
+            "pieces": pieces,
+            "packing": "forest" if methods == {True} else "columns",
+        },
     )

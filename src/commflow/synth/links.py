@@ -38,6 +38,8 @@ class LogicalEdges:
     """Edge x link fraction of the edge's bytes on the link."""
     seconds: sp.csr_array
     """Edge x link seconds per byte: ``load / bandwidth``."""
+    reverse: bool = False
+    """Whether ``src`` and ``dst`` are swapped against the direction data moves (in-trees)."""
 
     @property
     def nranks(self) -> int:
@@ -47,7 +49,9 @@ class LogicalEdges:
     def reversed(self) -> LogicalEdges:
         """The same edges with ``src`` and ``dst`` swapped (loads unchanged): an out-tree of
         the reversed edges is an in-tree of the originals, as reductions need."""
-        return LogicalEdges(self.topology, self.dst, self.src, self.load, self.seconds)
+        return LogicalEdges(
+            self.topology, self.dst, self.src, self.load, self.seconds, not self.reverse
+        )
 
 
 def logical_edges(topology: Topology) -> LogicalEdges:

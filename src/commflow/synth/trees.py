@@ -195,6 +195,19 @@ def _loads(edges: LogicalEdges, trees: Sequence[WeightedTree]) -> np.ndarray:
     return np.stack([seconds[_tree_edges(ids, t.parent)].sum(axis=0) for t in trees], axis=1)
 
 
+def tree_seconds(edges: LogicalEdges, trees: Sequence[WeightedTree]) -> np.ndarray | None:
+    """Seconds per byte of each root's data that the weighted ``trees`` put on each link;
+    ``None`` when some tree arc is not a logical edge."""
+    ids = _edge_ids(edges)
+    total = np.zeros(edges.seconds.shape[1])
+    for tree in trees:
+        used = _tree_edges(ids, tree.parent)
+        if (used < 0).any():
+            return None
+        total += tree.weight * edges.seconds[used].sum(axis=0)
+    return total
+
+
 def integral_shares(
     edges: LogicalEdges,
     packing: TreePacking,

@@ -1,0 +1,197 @@
+"""Compiled (numba) incremental maximum flows for :mod:`commflow.synth.forest`.
+
+The forest construction changes arc capacities one small step at a time and after each
+step asks whether a source ``s`` still sends ``need`` units to every one of several sinks.
+Instead of solving each max-flow anew, one flow per sink is kept and repaired: the flow
+through an arc whose capacity fell below it is cancelled along flow paths (or cycles), and
+augmenting paths (breadth-first, so shortest) refill it up to ``need``.
+
+Networks are dense: ``cap[a, b]`` is the integer capacity of arc ``a -> b`` and
+``flows[i, a, b]`` the flow of sink ``i``'s flow on it; a flow never uses both directions of a
+pair, never enters ``s`` and never leaves its sink.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def _path(f: np.ndarray, cap: np.ndarray, s: int, t: int, prev: np.ndarray) -> bool:
+    """Breadth-first augmenting path ``s -> t`` in the residual network of flow ``f``;
+    ``prev[v]`` is the node before ``v``. Returns whether ``t`` is reached."""
+    n = len(cap)
+    prev[:] = -1
+    prev[s] = s
+    queue = np.empty(n, dtype=np.int64)
+    queue[0] = s
+    head, tail = 0, 1
+    while head < tail:
+        x = queue[head]
+        head += 1
+        for y in range(n):
+            if prev[y] < 0 and cap[x, y] - f[x, y] + f[y, x] > 0:
+                prev[y] = x
+                if y == t:
+                    return True
+                queue[tail] = y
+                tail += 1
+    return False
+
+
+@njit(cache=True, nogil=True)
+def reached(cap: np.ndarray, f: np.ndarray, s: int) -> np.ndarray:
+    """Nodes ``s`` reaches in the residual network of flow ``f``: after a max-flow, the
+    source side of a minimum cut."""
+    prev = np.empty(len(cap), dtype=np.int64)
+    _path(f, cap, s, -1, prev)
+    return prev >= 0
+
+
+@njit(cache=True, nogil=True)
+def _augment(f: np.ndarray, cap: np.ndarray, s: int, t: int, value: int, need: int) -> int:
+    """Push flow along augmenting paths until the value reaches ``need`` or no path is left;
+    returns the new value."""
+    if value >= need:
+        return value
+    prev = np.empty(len(cap), dtype=np.int64)
+    while value < need and _path(f, cap, s, t, prev):
+        push = need - value
+        y = t
+        while y != s:
+            x = prev[y]
+            push = min(push, cap[x, y] - f[x, y] + f[y, x])
+            y = x
+        y = t
+        while y != s:
+            x = prev[y]
+            back = min(push, f[y, x])
+            f[y, x] -= back
+            f[x, y] += push - back
+            y = x
+        value += push
+    return value
+
+
+@njit(cache=True, nogil=True)
+def _trace(
+    f: np.ndarray, start: int, stop1: int, stop2: int, forward: bool, prev: np.ndarray
+) -> int:
+    """Breadth-first search from ``start`` along arcs carrying flow (against them unless
+    ``forward``) until ``stop1`` or ``stop2``; returns the one reached (-1: neither)."""
+    n = len(f)
+    prev[:] = -1
+    prev[start] = start
+    queue = np.empty(n, dtype=np.int64)
+    queue[0] = start
+    head, tail = 0, 1
+    while head < tail:
+        x = queue[head]
+        head += 1
+        if x in (stop1, stop2):
+            return x
+        for y in range(n):
+            carried = f[x, y] if forward else f[y, x]
+            if prev[y] < 0 and carried > 0:
+                prev[y] = x
+                queue[tail] = y
+                tail += 1
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _cancel(f: np.ndarray, s: int, t: int, a: int, b: int, amount: int) -> int:
+    """Remove ``amount`` units of flow from arc ``a -> b`` (it carries at least that much)
+    along the flow paths or cycles through it; returns how much the value fell."""
+    n = len(f)
+    ahead = np.empty(n, dtype=np.int64)
+    behind = np.empty(n, dtype=np.int64)
+    lost = 0
+    while amount > 0:
+        end = _trace(f, b, t, a, True, ahead)
+        if end < 0:
+            raise RuntimeError("a flow broke conservation")
+        cut = min(amount, f[a, b])
+        y = end
+        while y != b:
+            cut = min(cut, f[ahead[y], y])
+            y = ahead[y]
+        if end == t:
+            _trace(f, a, s, s, False, behind)
+            y = s
+            while y != a:
+                cut = min(cut, f[y, behind[y]])
+                y = behind[y]
+            y = s
+            while y != a:
+                f[y, behind[y]] -= cut
+                y = behind[y]
+            lost += cut
+        y = end
+        while y != b:
+            f[ahead[y], y] -= cut
+            y = ahead[y]
+        f[a, b] -= cut
+        amount -= cut
+    return lost
+
+
+@njit(cache=True, nogil=True)
+def repair(
+    cap: np.ndarray,
+    flows: np.ndarray,
+    values: np.ndarray,
+    sinks: np.ndarray,
+    s: int,
+    arcs: np.ndarray,
+    need: int,
+) -> int:
+    """After the capacities of ``arcs`` (rows ``(a, b)``) changed, make every sink's flow fit
+    ``cap`` again and refill it towards ``need``; returns the smallest value, stopping at the
+    first sink that falls short (the others are repaired by the next call)."""
+    for i in range(len(sinks)):
+        f = flows[i]
+        for k in range(len(arcs)):
+            a, b = arcs[k, 0], arcs[k, 1]
+            if f[a, b] > cap[a, b]:
+                values[i] -= _cancel(f, s, sinks[i], a, b, f[a, b] - cap[a, b])
+        values[i] = _augment(f, cap, s, sinks[i], values[i], need)
+        if values[i] < need:
+            return values[i]
+    return need
+
+
+@njit(cache=True, nogil=True)
+def split(
+    cap: np.ndarray,
+    flows: np.ndarray,
+    values: np.ndarray,
+    sinks: np.ndarray,
+    s: int,
+    u: int,
+    w: int,
+    t: int,
+    gamma: int,
+    need: int,
+) -> int:
+    """Split off ``gamma`` units of the arc pair ``u -> w -> t`` into an arc ``u -> t`` (a
+    negative ``gamma`` undoes a split); flow moves along with the capacity where it can, the
+    flows are repaired towards ``need`` and the smallest value is returned."""
+    cap[u, w] -= gamma
+    cap[w, t] -= gamma
+    cap[u, t] += gamma
+    for i in range(len(sinks)):
+        f = flows[i]
+        if gamma > 0:
+            moved = min(gamma, f[u, w], f[w, t])
+            f[u, w] -= moved
+            f[w, t] -= moved
+            f[u, t] += moved
+        else:
+            moved = min(-gamma, f[u, t])
+            f[u, t] -= moved
+            f[u, w] += moved
+            f[w, t] += moved
+    arcs = np.array([[u, w], [w, t], [u, t]], dtype=np.int64)
+    return repair(cap, flows, values, sinks, s, arcs, need)

@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from commflow.ir import Op
 from commflow.sim.kernels import number_connections
 
 
@@ -28,14 +29,16 @@ def test_numbering_matches_unique(nparts, rows, local):
     full = {name: np.zeros(n, dtype=np.int32) for name in ("part", "peer", "chan", "count")}
     for name, col in (("part", part), ("peer", peer), ("chan", chan), ("count", count)):
         full[name][sends] = col
-    send_conn = np.empty(len(rows), dtype=np.int32)
+    full["part"][sends + 1] = part  # the local step after each send, on the same participant
+    full["part"][2 * len(rows) :] = nparts - 1
+    op = np.full(n, Op.COPY, dtype=np.int8)
+    op[sends] = Op.SEND
     of_step = np.full(n, -1, dtype=np.int32)
     keys, chunks, lowest, highest = number_connections(
-        full["part"], full["peer"], full["chan"], full["count"], sends, nparts, send_conn, of_step
+        full["part"], full["peer"], full["chan"], full["count"], op, int(Op.SEND), nparts, of_step
     )
     expected, inverse = np.unique(part.astype(np.int64) * nparts + peer, return_inverse=True)
     assert keys.tolist() == expected.tolist()
-    assert send_conn.tolist() == inverse.tolist()
     assert of_step[sends].tolist() == inverse.tolist()
     assert (of_step[1::2] == -1).all()
     assert chunks.tolist() == np.bincount(inverse, weights=count, minlength=len(keys)).tolist()

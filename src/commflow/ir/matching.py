@@ -15,9 +15,13 @@ _KIND[Op.SEND] = 1
 _KIND[[Op.RECV, Op.RECV_REDUCE]] = 2
 
 
-def match_transfers(program: Program, *, mirror: bool = False) -> np.ndarray:
+def match_transfers(
+    program: Program, *, mirror: bool = False, dtype: type = np.int64
+) -> np.ndarray:
     """For every step, the global index of the send it receives from (-1 for non-receives);
-    with ``mirror``, also for every send the global index of its receive.
+    with ``mirror``, also for every send the global index of its receive. ``dtype``: the
+    integer type of the result (``np.int32`` halves its memory when the program has fewer
+    than 2**31 steps).
 
     Raises ``VerificationError`` naming the connection when sends and receives do not pair up
     (different numbers of messages, or a message received with a different chunk count).
@@ -26,7 +30,7 @@ def match_transfers(program: Program, *, mirror: bool = False) -> np.ndarray:
 
     t = program.table
     nparts = len(program.participants)
-    matched = np.full(len(t), -1, dtype=np.int64)
+    matched = np.full(len(t), -1, dtype=dtype)
     kind = _KIND[t.op]
     if not match(t.part, t.chan, t.peer, t.count, kind, t.channel_starts, nparts, matched, mirror):
         _explain_mismatch(program)
@@ -52,7 +56,10 @@ def _explain_mismatch(program: Program) -> None:
         raise VerificationError(
             f"receives {t.count[r]} chunk(s) from rank {t.part[s]} whose matching send "
             f"(its step {program.where(s)[2]}) carries {t.count[s]}",
-            rank=part, channel=chan, step=pos)
+            rank=part,
+            channel=chan,
+            step=pos,
+        )
     us, cs = np.unique(ks, return_counts=True)
     ur, cr = np.unique(kr, return_counts=True)
     sends = dict(zip(us.tolist(), cs.tolist(), strict=True))
@@ -64,5 +71,7 @@ def _explain_mismatch(program: Program) -> None:
             raise VerificationError(
                 f"mismatched send/recv: rank {src} sends {sends.get(k, 0)} message(s) to rank "
                 f"{dst} on channel {chan}, but rank {dst} receives {recvs.get(k, 0)} from it",
-                rank=src, channel=chan)
+                rank=src,
+                channel=chan,
+            )
     raise AssertionError("unreachable: keys differ but counts agree")

@@ -67,7 +67,7 @@ def match(
     base = np.zeros(nconn + 1, dtype=np.int64)
     for c in range(nconn):
         base[c + 1] = base[c] + conn_msgs[c]
-    slot = np.empty(base[nconn], dtype=np.int64)
+    slot = np.empty(base[nconn], dtype=matched.dtype)
     fill = base[:-1].copy()
     nconn = 0
     for s in range(nstreams):

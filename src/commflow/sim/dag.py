@@ -30,7 +30,7 @@ import numpy as np
 
 from commflow.errors import SimulationError
 from commflow.ir import Op, Program, match_transfers
-from commflow.sim.kernels import run_sweep
+from commflow.sim.kernels import run_sweep, step_codes
 from commflow.sim.paths import Connections
 
 FIRST, LAST, SEND, RECV, REDUCES, COPIES, CONTENDED = 1, 2, 4, 8, 16, 32, 64
@@ -48,6 +48,11 @@ _OP_CODE[[Op.SEND, Op.RECV, Op.RECV_REDUCE, Op.COPY, Op.REDUCE]] = [
 ]
 
 
+def _index_dtype(n: int) -> type:
+    """The narrowest integer type holding step indices of an ``n``-step program (and -1)."""
+    return np.int32 if n < 2**31 else np.int64
+
+
 class StepGraph:
     """Predecessors and successors of every step of a program.
 
@@ -63,26 +68,24 @@ class StepGraph:
         n = len(t)
         self.program = program
         self.nsteps = n
-        self.code = _OP_CODE[t.op]
+        self.has_deps = len(t.dep_idx) > 0
+        self.code = np.empty(n, dtype=np.uint8)
+        self.indegree = np.empty(n, dtype=np.int32)
+        step_codes(
+            t.op, _OP_CODE, t.channel_starts, t.dep_ptr, self.has_deps, _BITS, self.code,
+            self.indegree,
+        )  # fmt: skip
         self.code[contended] |= CONTENDED
-        if n:
-            starts = t.channel_starts
-            self.code[starts[:-1]] |= FIRST
-            self.code[starts[1:] - 1] |= LAST
-        self.partner = match_transfers(program, mirror=True)
+        self.partner = match_transfers(program, mirror=True, dtype=_index_dtype(n))
         self.any_order = not len(contended)
         """Whether no step is contended: every step's time then follows from its
         predecessors alone, so any topological order gives the same times."""
         self.nchannels = len(t.channel_starts) - 1
-        self.indegree = (self.code & FIRST == 0).astype(np.int32)
-        self.indegree += self.code & RECV != 0
         # successors through explicit dependencies, CSR by the step depended on
-        self.has_deps = len(t.dep_idx) > 0
         self.succ_ptr = np.zeros(n + 1 if self.has_deps else 1, dtype=np.int64)
         self.succ_idx = np.zeros(0, dtype=np.int64)
         if self.has_deps:
             ndeps = np.diff(t.dep_ptr)
-            self.indegree += ndeps.astype(np.int32)
             order = np.argsort(t.dep_idx, kind="stable")
             self.succ_idx = np.repeat(np.arange(n, dtype=np.int64), ndeps)[order]
             np.cumsum(np.bincount(t.dep_idx, minlength=n), out=self.succ_ptr[1:])
@@ -130,7 +133,8 @@ class Sweep:
         self.indegree = graph.indegree
         self.finish = np.zeros(graph.nsteps, dtype=np.float64)
         self.completed = 0
-        self.ready = np.flatnonzero(self.indegree == 0)
+        firsts = graph.program.table.channel_starts[:-1]  # only these can lack predecessors
+        self.ready = firsts[self.indegree[firsts] == 0]
         self.indegree[self.ready] = -1
         self.done = np.zeros(0, dtype=np.int64)
 

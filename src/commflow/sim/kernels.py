@@ -1,6 +1,6 @@
 """The simulator's compiled loops (numba), each one pass over its steps with no temporaries:
-numbering a program's connections (:mod:`commflow.sim.paths`), and the Kahn sweep of
-:mod:`commflow.sim.dag` (step codes use its bits, passed in so both modules agree).
+numbering a program's connections (:mod:`commflow.sim.paths`), and the step codes and Kahn
+sweep of :mod:`commflow.sim.dag` (step codes use its bits, passed in so both modules agree).
 
 The sweep's arrays travel in two tuples:
 
@@ -36,6 +36,39 @@ def duration(i: int, c: int, cost: tuple, bits: tuple) -> float:
     if c & copies and cost[6] > 0:
         return cost[0][i] * cost[4] / cost[6]
     return 0.0
+
+
+@njit(cache=True, nogil=True)
+def step_codes(
+    op: np.ndarray,
+    op_code: np.ndarray,
+    channel_starts: np.ndarray,
+    dep_ptr: np.ndarray,
+    has_deps: bool,
+    bits: tuple,
+    code: np.ndarray,
+    indegree: np.ndarray,
+) -> None:
+    """Fill ``code`` (per step ``op_code[op]`` plus the first/last bits of its channel,
+    channels starting at ``channel_starts``) and ``indegree`` (its predecessors: the
+    previous step of its channel, a receive's send, its explicit dependencies, read from
+    ``dep_ptr`` only with ``has_deps``)."""
+    first, last, recv = bits[0], bits[1], bits[3]
+    for s in range(len(channel_starts) - 1):
+        lo, hi = channel_starts[s], channel_starts[s + 1]
+        for i in range(lo, hi):
+            c = op_code[op[i]]
+            d = 0 if i == lo else 1
+            if i == lo:
+                c |= first
+            if i == hi - 1:
+                c |= last
+            if c & recv:
+                d += 1
+            if has_deps:
+                d += dep_ptr[i + 1] - dep_ptr[i]
+            code[i] = c
+            indegree[i] = d
 
 
 @njit(cache=True, nogil=True)
@@ -153,27 +186,26 @@ def number_connections(
     peer: np.ndarray,
     chan: np.ndarray,
     count: np.ndarray,
-    sends: np.ndarray,
+    op: np.ndarray,
+    send: int,
     nparts: int,
-    send_conn: np.ndarray,
     of_step: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Number the connections (sender, receiver) of the send steps ``sends`` (sorted by
-    participant) in increasing ``sender * nparts + receiver`` order. Fills ``send_conn``
-    (per send) and ``of_step`` (per step) with connection ids; returns per connection its
-    key, the chunks it carries, and the lowest and highest stream ``part * nchan + chan``
-    sending on it."""
-    m = len(sends)
+    """Number the connections (sender, receiver) of the send steps (``op == send``; steps
+    sorted by participant) in increasing ``sender * nparts + receiver`` order. Fills
+    ``of_step`` (per step, left as is for other steps) with connection ids; returns per
+    connection its key, the chunks it carries, and the lowest and highest stream ``part *
+    nchan + chan`` sending on it."""
+    n = len(op)
     nchan = 1
-    for k in range(m):
-        nchan = max(nchan, chan[sends[k]] + 1)
-    stamp = np.full(nparts, -1, dtype=np.int64)
     nconn = 0
-    for k in range(m):
-        i = sends[k]
-        if stamp[peer[i]] != part[i]:
-            stamp[peer[i]] = part[i]
-            nconn += 1
+    stamp = np.full(nparts, -1, dtype=np.int64)
+    for i in range(n):
+        if op[i] == send:
+            nchan = max(nchan, chan[i] + 1)
+            if stamp[peer[i]] != part[i]:
+                stamp[peer[i]] = part[i]
+                nconn += 1
     keys = np.empty(nconn, dtype=np.int64)
     chunks = np.zeros(nconn, dtype=np.float64)
     lowest = np.full(nconn, np.iinfo(np.int64).max, dtype=np.int64)
@@ -183,13 +215,13 @@ def number_connections(
     stamp[:] = -1
     first = 0
     lo = 0
-    while lo < m:
-        p = part[sends[lo]]
+    while lo < n:
+        p = part[lo]
         hi = lo
         nfound = 0
-        while hi < m and part[sends[hi]] == p:
-            d = peer[sends[hi]]
-            if stamp[d] != p:
+        while hi < n and part[hi] == p:
+            d = peer[hi]
+            if op[hi] == send and stamp[d] != p:
                 stamp[d] = p
                 found[nfound] = d
                 nfound += 1
@@ -198,10 +230,10 @@ def number_connections(
         for j in range(nfound):
             local[dsts[j]] = first + j
             keys[first + j] = p * nparts + dsts[j]
-        for k in range(lo, hi):
-            i = sends[k]
+        for i in range(lo, hi):
+            if op[i] != send:
+                continue
             c = local[peer[i]]
-            send_conn[k] = c
             of_step[i] = c
             chunks[c] += count[i]
             stream = p * nchan + chan[i]

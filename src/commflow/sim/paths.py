@@ -104,9 +104,8 @@ def place(program: Program, topology: Topology, placement: Sequence[int] | None)
 class Connections:
     """The connections of a program's sends on a topology, as link incidence.
 
-    Attributes (numpy arrays): ``sends`` the send steps and ``send_conn`` their connections;
-    ``of_step`` connection of each step (-1 unless it is a send); ``chunks`` sent over each
-    connection in all;
+    Attributes (numpy arrays): ``of_step`` connection of each step (-1 unless it is a send);
+    ``chunks`` sent over each connection in all;
     ``ptr``/``link``/``fraction`` CSR incidence per connection (links into
     ``topology.links``, fraction of each message on that link); ``latency`` per connection
     (seconds); ``solo_time_per_byte`` per connection, ``max fraction / bandwidth`` over its
@@ -120,12 +119,10 @@ class Connections:
 
     def __init__(self, program: Program, topology: Topology, nodes: np.ndarray) -> None:
         t = program.table
-        self.sends = sends = np.flatnonzero(t.op == Op.SEND)
         nparts = len(program.participants)
-        self.send_conn = np.empty(len(sends), dtype=np.int32)
         self.of_step = np.full(len(t), -1, dtype=np.int32)
         keys, self.chunks, lowest, highest = number_connections(
-            t.part, t.peer, t.chan, t.count, sends, nparts, self.send_conn, self.of_step
+            t.part, t.peer, t.chan, t.count, t.op, int(Op.SEND), nparts, self.of_step
         )
         self.senders = keys // nparts
         self.receivers = keys % nparts
@@ -195,8 +192,11 @@ class Connections:
         return ptr, self.link[entry], self.fraction[entry]
 
     def contended_sends(self) -> np.ndarray:
-        """The send steps on contended connections."""
-        return self.sends[self.contended[self.send_conn]]
+        """The send steps on contended connections (sorted)."""
+        if not self.contended.any():
+            return np.zeros(0, dtype=np.int64)
+        sends = np.flatnonzero(self.of_step >= 0)
+        return sends[self.contended[self.of_step[sends]]]
 
     def link_bytes(self, chunk_bytes: float) -> np.ndarray:
         """Bytes carried by every link (aligned with ``topology.links``) over the program,

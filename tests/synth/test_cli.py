@@ -68,3 +68,9 @@ def test_synth_show_writes_a_png(tmp_path, capsys):
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert 600 <= width <= 2000 and 600 <= height <= 2000
     assert 20_000 < len(data) < 2_000_000
+
+
+def test_synth_table_names_the_packing(capsys):
+    argv = ["synth", "allgather", "--topo", "dgx1", "--pieces", "2", "-b", "1M", "-e", "1M"]
+    assert run([*argv, "-m", "alphabeta"]) == 0
+    assert "trees: exact integer packing, 6 per root, 2 pieces each" in capsys.readouterr().out

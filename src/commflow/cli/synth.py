@@ -138,6 +138,9 @@ def synth(
         f"{program.name} on {topology.name}: {program.nsteps} steps (verified), "
         f"synthesized in {elapsed:.2f} s"
     )
+    if "packing" in params:
+        how = "exact integer packing" if params["packing"] == "forest" else "column generation"
+        out.print(f"trees: {how}, {params['units']} per root, {params['pieces']} pieces each")
     if objective == "balanced":
         pick = params["method"]
         if pick == "bandwidth":

@@ -138,9 +138,6 @@ def synth(
         f"{program.name} on {topology.name}: {program.nsteps} steps (verified), "
         f"synthesized in {elapsed:.2f} s"
     )
-    if "packing" in params:
-        how = "exact integer packing" if params["packing"] == "forest" else "column generation"
-        out.print(f"trees: {how}, {params['units']} per root, {params['pieces']} pieces each")
     if objective == "balanced":
         pick = params["method"]
         if pick == "bandwidth":
@@ -150,6 +147,9 @@ def synth(
             f"message depth {params['depth']}, "
             f"{number(usec(params['balanced_time']))} us (alphabeta model)"
         )
+    if "packing" in params:
+        how = "exact integer packing" if params["packing"] == "forest" else "column generation"
+        out.print(f"trees: {how}, {params['units']} per root, {params['pieces']} pieces each")
     rows = table(
         "size",
         "time(us)",

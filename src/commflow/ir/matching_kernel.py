@@ -1,10 +1,10 @@
-"""The compiled loop of :func:`commflow.ir.match_transfers` (numba): one pass over the steps,
-no sort, memory linear in the number of steps.
+"""The compiled loop of :func:`commflow.ir.match_transfers` (numba): three passes over the
+steps, no sort of them, memory linear in the number of connections beyond the output.
 
 A *connection* is a sending stream (participant channel) and a receiver. Connections are
 numbered per stream in order of first use, so a receive finds its connection by a binary
 search among the sending stream's connections (sorted by receiver), and its send as the next
-unmatched message of that connection.
+unmatched message of that connection (the head of the connection's list of sends).
 """
 
 from __future__ import annotations
@@ -34,21 +34,25 @@ def match(
     chunk counts (the caller explains why)."""
     n = len(kind)
     nstreams = len(stream_starts) - 1
-    for i in range(n):
-        if kind[i] != 0 and not 0 <= peer[i] < nparts:
-            return False
     # connections of each sending stream, numbered by first use: counted, then numbered
     stamp = np.full(nparts, -1, dtype=np.int64)
     nconn = 0
     for s in range(nstreams):
         for i in range(stream_starts[s], stream_starts[s + 1]):
+            if kind[i] == 0:
+                continue
+            if not 0 <= peer[i] < nparts:
+                return False
             if kind[i] == SEND and stamp[peer[i]] != s:
                 stamp[peer[i]] = s
                 nconn += 1
     conn_of_dst = np.empty(nparts, dtype=np.int64)
     conn_start = np.zeros(nstreams + 1, dtype=np.int64)
     conn_dst = np.empty(nconn, dtype=np.int64)
-    conn_msgs = np.zeros(nconn, dtype=np.int64)
+    # each connection's unmatched messages as a list in send order, linked through
+    # ``matched`` (a send's entry holds the next send of its connection until it is matched)
+    head = np.full(nconn, -1, dtype=np.int64)
+    tail = np.empty(nconn, dtype=np.int64)
     nconn = 0
     for s in range(nstreams):
         conn_start[s] = nconn
@@ -61,27 +65,13 @@ def match(
                 conn_of_dst[d] = nconn
                 conn_dst[nconn] = d
                 nconn += 1
-            conn_msgs[conn_of_dst[d]] += 1
-    conn_start[nstreams] = nconn
-    # message slots of each connection, in send order
-    base = np.zeros(nconn + 1, dtype=np.int64)
-    for c in range(nconn):
-        base[c + 1] = base[c] + conn_msgs[c]
-    slot = np.empty(base[nconn], dtype=matched.dtype)
-    fill = base[:-1].copy()
-    nconn = 0
-    for s in range(nstreams):
-        for i in range(stream_starts[s], stream_starts[s + 1]):
-            if kind[i] != SEND:
-                continue
-            d = peer[i]
-            if stamp[d] != 2 * nstreams + s:  # the same first-use order as above
-                stamp[d] = 2 * nstreams + s
-                conn_of_dst[d] = nconn
-                nconn += 1
             c = conn_of_dst[d]
-            slot[fill[c]] = i
-            fill[c] += 1
+            if head[c] < 0:
+                head[c] = i
+            else:
+                matched[tail[c]] = i
+            tail[c] = i
+    conn_start[nstreams] = nconn
     # each stream's connections sorted by receiver, for the receives' binary search
     by_dst = np.empty(nconn, dtype=np.int64)
     for s in range(nstreams):
@@ -99,7 +89,6 @@ def match(
     stream_chan = np.empty(nstreams, dtype=np.int64)
     for s in range(nstreams):
         stream_chan[s] = chan[stream_starts[s]]
-    taken = np.zeros(nconn, dtype=np.int64)
     for i in range(n):
         if kind[i] != RECV:
             continue
@@ -119,13 +108,10 @@ def match(
         if k >= conn_start[s + 1] or conn_dst[by_dst[k]] != part[i]:
             return False
         c = by_dst[k]
-        if taken[c] >= conn_msgs[c]:
+        j = head[c]
+        if j < 0 or count[j] != count[i]:
             return False
-        j = slot[base[c] + taken[c]]
-        taken[c] += 1
-        if count[j] != count[i]:
-            return False
+        head[c] = matched[j]
         matched[i] = j
-        if mirror:
-            matched[j] = i
-    return np.array_equal(taken, conn_msgs)
+        matched[j] = i if mirror else -1
+    return (head < 0).all()

@@ -182,63 +182,66 @@ def run_sweep(
 
 @njit(cache=True, nogil=True)
 def number_connections(
-    part: np.ndarray,
     peer: np.ndarray,
-    chan: np.ndarray,
     count: np.ndarray,
     op: np.ndarray,
     send: int,
+    channel_starts: np.ndarray,
+    channel_part: np.ndarray,
     nparts: int,
     of_step: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Number the connections (sender, receiver) of the send steps (``op == send``; steps
-    sorted by participant) in increasing ``sender * nparts + receiver`` order. Fills
-    ``of_step`` (per step, left as is for other steps) with connection ids; returns per
-    connection its key, the chunks it carries, and the lowest and highest stream ``part *
-    nchan + chan`` sending on it."""
-    n = len(op)
-    nchan = 1
-    nconn = 0
+    """Number the connections (sender, receiver) of the send steps (``op == send``) in
+    increasing ``sender * nparts + receiver`` order, one participant at a time (channel ``s``
+    holds the steps ``channel_starts[s]:channel_starts[s+1]`` of participant
+    ``channel_part[s]``, participants in increasing order). Fills ``of_step`` (per step, left
+    as is for other steps) with connection ids; returns per connection its key, the chunks
+    it carries, and the lowest and highest channel ``s`` sending on it."""
+    nchannels = len(channel_starts) - 1
+    size = 16
+    keys = np.empty(size, dtype=np.int64)
+    chunks = np.empty(size, dtype=np.float64)
+    lowest = np.empty(size, dtype=np.int64)
+    highest = np.empty(size, dtype=np.int64)
     stamp = np.full(nparts, -1, dtype=np.int64)
-    for i in range(n):
-        if op[i] == send:
-            nchan = max(nchan, chan[i] + 1)
-            if stamp[peer[i]] != part[i]:
-                stamp[peer[i]] = part[i]
-                nconn += 1
-    keys = np.empty(nconn, dtype=np.int64)
-    chunks = np.zeros(nconn, dtype=np.float64)
-    lowest = np.full(nconn, np.iinfo(np.int64).max, dtype=np.int64)
-    highest = np.full(nconn, -1, dtype=np.int64)
     local = np.empty(nparts, dtype=np.int64)
     found = np.empty(nparts, dtype=np.int64)
-    stamp[:] = -1
-    first = 0
-    lo = 0
-    while lo < n:
-        p = part[lo]
-        hi = lo
+    nconn = 0
+    s = 0
+    while s < nchannels:
+        p = channel_part[s]
+        e = s + 1
+        while e < nchannels and channel_part[e] == p:
+            e += 1
+        # the participant's receivers (its steps are then in cache for the second scan)
         nfound = 0
-        while hi < n and part[hi] == p:
-            d = peer[hi]
-            if op[hi] == send and stamp[d] != p:
-                stamp[d] = p
-                found[nfound] = d
+        for i in range(channel_starts[s], channel_starts[e]):
+            if op[i] == send and stamp[peer[i]] != p:
+                stamp[peer[i]] = p
+                found[nfound] = peer[i]
                 nfound += 1
-            hi += 1
+        if nconn + nfound > size:
+            size = max(2 * size, nconn + nfound)
+            keys = np.concatenate((keys, np.empty(size - len(keys), dtype=np.int64)))
+            chunks = np.concatenate((chunks, np.empty(size - len(chunks))))
+            lowest = np.concatenate((lowest, np.empty(size - len(lowest), dtype=np.int64)))
+            highest = np.concatenate((highest, np.empty(size - len(highest), dtype=np.int64)))
         dsts = np.sort(found[:nfound])
         for j in range(nfound):
-            local[dsts[j]] = first + j
-            keys[first + j] = p * nparts + dsts[j]
-        for i in range(lo, hi):
-            if op[i] != send:
-                continue
-            c = local[peer[i]]
-            of_step[i] = c
-            chunks[c] += count[i]
-            stream = p * nchan + chan[i]
-            lowest[c] = min(lowest[c], stream)
-            highest[c] = max(highest[c], stream)
-        first += nfound
-        lo = hi
-    return keys, chunks, lowest, highest
+            local[dsts[j]] = nconn + j
+            keys[nconn + j] = p * nparts + dsts[j]
+            chunks[nconn + j] = 0.0
+            lowest[nconn + j] = nchannels
+            highest[nconn + j] = -1
+        for channel in range(s, e):
+            for i in range(channel_starts[channel], channel_starts[channel + 1]):
+                if op[i] != send:
+                    continue
+                c = local[peer[i]]
+                of_step[i] = c
+                chunks[c] += count[i]
+                lowest[c] = min(lowest[c], channel)
+                highest[c] = max(highest[c], channel)
+        nconn += nfound
+        s = e
+    return keys[:nconn], chunks[:nconn], lowest[:nconn], highest[:nconn]

@@ -121,8 +121,9 @@ class Connections:
         t = program.table
         nparts = len(program.participants)
         self.of_step = np.full(len(t), -1, dtype=np.int32)
+        starts = t.channel_starts
         keys, self.chunks, lowest, highest = number_connections(
-            t.part, t.peer, t.chan, t.count, t.op, int(Op.SEND), nparts, self.of_step
+            t.peer, t.count, t.op, int(Op.SEND), starts, t.part[starts[:-1]], nparts, self.of_step
         )
         self.senders = keys // nparts
         self.receivers = keys % nparts

@@ -75,11 +75,9 @@ def _augment(f: np.ndarray, cap: np.ndarray, s: int, t: int, value: int, need: i
 
 
 @njit(cache=True, nogil=True)
-def _trace(
-    f: np.ndarray, start: int, stop1: int, stop2: int, forward: bool, prev: np.ndarray
-) -> int:
+def _trace(f: np.ndarray, start: int, stop: np.ndarray, forward: bool, prev: np.ndarray) -> int:
     """Breadth-first search from ``start`` along arcs carrying flow (against them unless
-    ``forward``) until ``stop1`` or ``stop2``; returns the one reached (-1: neither)."""
+    ``forward``) until a node marked in ``stop``; returns it (-1: none)."""
     n = len(f)
     prev[:] = -1
     prev[start] = start
@@ -89,7 +87,7 @@ def _trace(
     while head < tail:
         x = queue[head]
         head += 1
-        if x in (stop1, stop2):
+        if stop[x]:
             return x
         for y in range(n):
             carried = f[x, y] if forward else f[y, x]
@@ -103,37 +101,48 @@ def _trace(
 @njit(cache=True, nogil=True)
 def _cancel(f: np.ndarray, s: int, t: int, a: int, b: int, amount: int) -> int:
     """Remove ``amount`` units of flow from arc ``a -> b`` (it carries at least that much)
-    along the flow paths or cycles through it; returns how much the value fell."""
+    along flow paths ``s .. a -> b .. t`` or flow cycles through it; returns how much the
+    value fell. A path from ``b`` that meets the path ``s .. a`` closes a cycle there."""
     n = len(f)
     ahead = np.empty(n, dtype=np.int64)
     behind = np.empty(n, dtype=np.int64)
     lost = 0
     while amount > 0:
-        end = _trace(f, b, t, a, True, ahead)
+        on_path = np.zeros(n, dtype=np.bool_)
+        on_path[s] = True
+        fed = _trace(f, a, on_path, False, behind) >= 0  # else only a cycle feeds a
+        on_path[s] = False
+        y = s if fed else a
+        while y != a:
+            y = behind[y]
+            on_path[y] = True
+        on_path[a] = True
+        on_path[t] = fed
+        end = _trace(f, b, on_path, True, ahead)
         if end < 0:
             raise RuntimeError("a flow broke conservation")
+        first = s if end == t else end  # where the stretch along the path to a starts
         cut = min(amount, f[a, b])
+        y = first
+        while y != a:
+            cut = min(cut, f[y, behind[y]])
+            y = behind[y]
         y = end
         while y != b:
             cut = min(cut, f[ahead[y], y])
             y = ahead[y]
-        if end == t:
-            _trace(f, a, s, s, False, behind)
-            y = s
-            while y != a:
-                cut = min(cut, f[y, behind[y]])
-                y = behind[y]
-            y = s
-            while y != a:
-                f[y, behind[y]] -= cut
-                y = behind[y]
-            lost += cut
+        y = first
+        while y != a:
+            f[y, behind[y]] -= cut
+            y = behind[y]
         y = end
         while y != b:
             f[ahead[y], y] -= cut
             y = ahead[y]
         f[a, b] -= cut
         amount -= cut
+        if end == t:
+            lost += cut
     return lost
 
 

@@ -53,3 +53,21 @@ def test_depth_first_times_like_waves(program: Program, topology: Topology, runn
         finishes.append(sweep.finish)
     assert finishes[0].min() > 0
     np.testing.assert_array_equal(finishes[0], finishes[1])
+
+
+def test_a_step_with_many_dependencies() -> None:
+    """A step waiting on 200 copies (more predecessors than an int8 indegree holds) starts
+    after the last of them, in either sweep order."""
+    b = ProgramBuilder(Collective.ALLGATHER, 1, chunk_factor=1, name="many-deps")
+    copies = [b.copy(0, inp(0), out(0)) for _ in range(200)]
+    b.copy(0, inp(0), out(0), channel=1, deps=copies)
+    program = b.build()
+    topology = ring(2, bandwidth=10e9, latency=1e-6)
+    conns = Connections(program, topology, place(program, topology, None))
+    chunk = program.chunk_bytes(1e6)
+    for any_order in (False, True):
+        graph = StepGraph(program, conns.contended_sends())
+        assert graph.indegree.dtype == np.int32
+        graph.any_order = any_order
+        sweep = run_alphabeta(graph, conns, StepCosts(graph, conns, chunk, None, 1e9))
+        assert sweep.finish[-1] == pytest.approx(201 * chunk / 1e9, rel=1e-12)

@@ -59,7 +59,8 @@ class StepGraph:
     ``code`` holds per step the bits ``FIRST | LAST | SEND | RECV | REDUCES | COPIES``, and
     ``CONTENDED`` for the steps ``contended`` (sends on contended connections);
     ``partner`` is, for a receive, the send it matches and, for a send, its receive (-1
-    otherwise); ``indegree`` counts predecessors. Raises ``VerificationError`` (from
+    otherwise); ``indegree`` counts predecessors (int8 unless a step has more than 125
+    dependencies). Raises ``VerificationError`` (from
     :func:`~commflow.ir.match_transfers`) when sends and receives do not pair up.
     """
 
@@ -69,8 +70,10 @@ class StepGraph:
         self.program = program
         self.nsteps = n
         self.has_deps = len(t.dep_idx) > 0
+        ndeps = np.diff(t.dep_ptr) if self.has_deps else np.zeros(1, dtype=np.int64)
         self.code = np.empty(n, dtype=np.uint8)
-        self.indegree = np.empty(n, dtype=np.int32)
+        # a step's predecessors: its channel's previous step, its send, its dependencies
+        self.indegree = np.empty(n, dtype=np.int8 if 2 + ndeps.max() <= 127 else np.int32)
         step_codes(
             t.op, _OP_CODE, t.channel_starts, t.dep_ptr, self.has_deps, _BITS, self.code,
             self.indegree,
@@ -85,7 +88,6 @@ class StepGraph:
         self.succ_ptr = np.zeros(n + 1 if self.has_deps else 1, dtype=np.int64)
         self.succ_idx = np.zeros(0, dtype=np.int64)
         if self.has_deps:
-            ndeps = np.diff(t.dep_ptr)
             order = np.argsort(t.dep_idx, kind="stable")
             self.succ_idx = np.repeat(np.arange(n, dtype=np.int64), ndeps)[order]
             np.cumsum(np.bincount(t.dep_idx, minlength=n), out=self.succ_ptr[1:])

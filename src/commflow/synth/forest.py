@@ -42,6 +42,9 @@ MOST_TREES = 24
 RATIOS = tuple(Fraction(1000 + d, 1000) for d in (0, 1, 2, 5, 10, 20, 50))
 """Times over the bound tried in turn (an exact packing may need more than ``MOST_TREES``
 trees per root; a little slack makes whole tree counts fit with fewer)."""
+MOST_SPLIT_FAILURES = 3
+"""Tree counts whose switch splitting fails before the construction gives up (on a
+three-level fat-tree every count fails; on MI250 x2 two trees per root fail, three work)."""
 MOST_NODES = 256
 """Largest topology (nodes of every kind) the construction takes on (dense flows)."""
 
@@ -75,13 +78,17 @@ def forest(
         return None
     roots = list(range(topology.nranks)) if roots is None else roots
     net, best = _binding_cut(edges, roots)
+    failures = 0
     for ratio in RATIOS:
         for k in range(1, most_trees + 1):
             network = _Network(net, roots, k, Fraction(k * best.weight, best.capacity) * ratio)
             if network.lowest() < network.need:
                 continue
             if not network.remove_switches():
-                break  # the routes leave capacity no split can use: more trees won't help
+                failures += 1
+                if failures == MOST_SPLIT_FAILURES:
+                    return None  # the routes leave capacity that no split can use
+                continue
             growth = _Growth(network.cap[: network.nranks, : network.nranks], roots * k)
             trees = tuple(WeightedTree(r, parent, 1.0 / k) for r, parent in growth.trees())
             if _at_bound(edges, trees, best.weight / float(best.bandwidth) * float(ratio)):

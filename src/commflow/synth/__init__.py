@@ -2,7 +2,10 @@
 
 - :func:`synthesize`: the front door.
 - :mod:`~commflow.synth.links`: logical rank-to-rank edges (switches split off).
-- :mod:`~commflow.synth.trees`: throughput-optimal spanning-tree packing (Blink, ForestColl).
+- :mod:`~commflow.synth.forest`: exact integer tree packings (ForestColl): ``k`` trees per
+  root at the cut bound (:mod:`~commflow.synth.flow_kernels`: its incremental max-flows).
+- :mod:`~commflow.synth.trees`: fractional spanning-tree packing by column generation
+  (Blink), rounded to whole shares: the fallback.
 - :mod:`~commflow.synth.lower`: packings to programs.
 - :mod:`~commflow.synth.alltoall_lp`: alltoall by a multi-commodity flow LP.
 - :mod:`~commflow.synth.steps`: SCCL (steps, rounds, chunks) MILP and :func:`pareto`.
@@ -20,6 +23,7 @@ from commflow.synth.api import (
     synthesize,
 )
 from commflow.synth.balanced import DEFAULT_SIZE, Candidate, candidates, message_depth
+from commflow.synth.forest import Forest, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import lower
 from commflow.synth.rounding import apportion
@@ -28,6 +32,9 @@ from commflow.synth.steps import StepSchedule, pareto, schedule_program, solve_i
 from commflow.synth.trees import TreePacking, WeightedTree, integral_shares, pack_trees
 
 __all__ = [
+    "Forest",
+    "forest",
+    "mirror",
     "StepSchedule",
     "Candidate",
     "DEFAULT_SIZE",

@@ -13,9 +13,10 @@ bound.
    or NIC ``w``, arc pairs ``u -> w -> t`` become direct arcs ``u -> t`` as far as the check
    allows, keeping only pairs on a shortest route (the simulator routes ``u -> t`` that
    way too), until ``w`` carries nothing.
-4. **Trees** (Lovász's proof of Edmonds' theorem): each tree grows from its root, shallow
-   ranks first, by an arc whose removal keeps ``s`` sending ``(trees left - 1)`` units to
-   every rank.
+4. **Trees** (Edmonds' theorem for root sets, grown as in Lovász's proof): all trees grow
+   at once, an arc each in turn from their shallowest rank possible, by arcs that keep every
+   rank set entered by as many arcs as trees still outside it (a hub per tree feeds its
+   ranks; ``s`` must still send one unit per unfinished tree to every rank).
 
 The max-flows are kept and repaired (:mod:`commflow.synth.flow_kernels`) rather than solved
 anew. The result is checked against the simulator's routes (every tree arc a logical edge,
@@ -51,7 +52,7 @@ MOST_NODES = 256
 
 @dataclass(frozen=True)
 class Forest:
-    """``k`` trees per root at the exact bound."""
+    """``k`` trees per root whose busiest link takes ``ratio`` times the cut bound."""
 
     trees: tuple[WeightedTree, ...]
     """The trees, each of weight ``1/k``."""
@@ -70,8 +71,9 @@ def forest(
     most_trees: int = MOST_TREES,
 ) -> Forest | None:
     """``k`` out-trees per root over ``edges`` (reversed edges: in-trees) whose busiest
-    link takes exactly the cut bound, for the smallest such ``k <= most_trees``; ``None``
-    when there is none or the topology is beyond this construction (see the module)."""
+    link takes the cut bound times the first of :data:`RATIOS` (1: exact) that some
+    ``k <= most_trees`` reaches, the smallest such ``k``; ``None`` when none does or the
+    topology is beyond this construction (see the module)."""
     start = time.perf_counter()
     topology = edges.topology
     if topology.nnodes > MOST_NODES:
@@ -117,31 +119,35 @@ def _binding_cut(edges: LogicalEdges, roots: list[int]):
     return net, best
 
 
-class _Network:
-    """The topology's links as whole tree counts, a source ``s`` feeding each root ``k``,
-    and one repaired max-flow per rank."""
+class _Flows:
+    """Integer capacities ``cap`` (dense, the source ``s`` among the nodes) and one repaired
+    max-flow from ``s`` to each of ranks ``0 .. nranks-1``, which must each get ``need``."""
+
+    def __init__(self, cap: np.ndarray, s: int, nranks: int, need: int) -> None:
+        self.cap, self.s, self.nranks, self.need = cap, s, nranks, need
+        self.sinks = np.arange(nranks, dtype=np.int64)
+        self.flows = np.zeros((nranks, *cap.shape), dtype=np.int64)
+        self.values = np.zeros(nranks, dtype=np.int64)
+
+    def lowest(self, arcs: np.ndarray | None = None) -> int:
+        """Repair the flows after the capacities of ``arcs`` changed (rows ``(a, b)``); the
+        value of the first rank short of ``need``, else ``need``."""
+        arcs = np.zeros((0, 2), dtype=np.int64) if arcs is None else arcs
+        return repair(self.cap, self.flows, self.values, self.sinks, self.s, arcs, self.need)
+
+
+class _Network(_Flows):
+    """The topology's links as whole tree counts, a source ``s`` feeding each root ``k``."""
 
     def __init__(self, net, roots: list[int], k: int, per_unit: Fraction) -> None:
-        n, self.nranks = net.nnodes, net.nranks
-        self.s = n
-        self.cap = np.zeros((n + 1, n + 1), dtype=np.int64)
+        n = net.nnodes
+        cap = np.zeros((n + 1, n + 1), dtype=np.int64)
         for a, b, c in zip(net.src.tolist(), net.dst.tolist(), net.capacity, strict=True):
-            self.cap[a, b] += math.floor(c * per_unit)
-        self.cap[self.s, roots] = k
-        self.roots, self.k = roots, k
-        self.need = k * len(roots)
-        self.sinks = np.arange(self.nranks, dtype=np.int64)
-        self.flows = np.zeros((self.nranks, n + 1, n + 1), dtype=np.int64)
-        self.values = np.zeros(self.nranks, dtype=np.int64)
-        hops = shortest_path(self.cap[:n, :n] > 0, unweighted=True)
+            cap[a, b] += math.floor(c * per_unit)
+        cap[n, roots] = k
+        super().__init__(cap, n, net.nranks, k * len(roots))
+        hops = shortest_path(cap[:n, :n] > 0, unweighted=True)
         self.hops = np.where(np.isinf(hops), 2 * n, hops)
-        self._none = np.zeros((0, 2), dtype=np.int64)
-
-    def lowest(self, arcs: np.ndarray | None = None, need: int | None = None) -> int:
-        """Repair the flows after ``arcs`` changed; the smallest value (up to ``need``)."""
-        arcs = self._none if arcs is None else arcs
-        need = self.need if need is None else need
-        return repair(self.cap, self.flows, self.values, self.sinks, self.s, arcs, need)
 
     def remove_switches(self) -> bool:
         """Split off every arc at the switches and NICs, fewest neighbours first; whether
@@ -190,32 +196,26 @@ class _Network:
         return kept == most
 
 
-class _Growth:
+class _Growth(_Flows):
     """All trees grown at once, an arc each in turn, so they grow alike and shallow
     (Edmonds' theorem for root sets: trees ``F_i`` extend to disjoint spanning trees iff
     every rank set ``X`` is entered by as many arcs as there are trees ``F_i`` outside it).
     A hub per unfinished tree, fed one unit by ``s``, reaches the tree's ranks; ``s`` must
     send one unit per unfinished tree to every rank."""
 
-    def __init__(self, cap: np.ndarray, roots: list[int]) -> None:
-        n, count = len(cap), len(roots)
-        self.n, self.s, self.need = n, n, count
-        self.hubs = n + 1 + np.arange(count)
-        self.cap = np.zeros((n + 1 + count, n + 1 + count), dtype=np.int64)
-        self.cap[:n, :n] = cap
-        self.cap[self.s, self.hubs] = 1
-        self.cap[self.hubs, roots] = count
-        self.sinks = np.arange(n, dtype=np.int64)
-        self.flows = np.zeros((n, len(self.cap), len(self.cap)), dtype=np.int64)
-        self.values = np.zeros(n, dtype=np.int64)
+    def __init__(self, ranks: np.ndarray, roots: list[int]) -> None:
+        n, count = len(ranks), len(roots)
+        self.n, self.hubs = n, n + 1 + np.arange(count)
+        cap = np.zeros((n + 1 + count, n + 1 + count), dtype=np.int64)
+        cap[:n, :n] = ranks
+        cap[n, self.hubs] = 1
+        cap[self.hubs, roots] = count
+        super().__init__(cap, n, n, count)
         self.parents = [[-1] * n for _ in roots]
         self.depths = [{r: 0} for r in roots]
         self.roots = roots
-        if self._lowest(np.zeros((0, 2), dtype=np.int64)) < self.need:
+        if self.lowest() < self.need:
             raise AssertionError("split network lost Edmonds' condition")
-
-    def _lowest(self, arcs: np.ndarray) -> int:
-        return repair(self.cap, self.flows, self.values, self.sinks, self.s, arcs, self.need)
 
     def trees(self) -> list[tuple[int, tuple[int, ...]]]:
         """``(root, parents)`` of every tree, grown round-robin."""
@@ -227,7 +227,7 @@ class _Growth:
             if done:
                 self.cap[self.s, self.hubs[done]] = 0
                 self.need -= len(done)
-                self._lowest(np.column_stack([np.full(len(done), self.s), self.hubs[done]]))
+                self.lowest(np.column_stack([np.full(len(done), self.s), self.hubs[done]]))
                 growing = [i for i in growing if len(self.depths[i]) < self.n]
         return [(r, tuple(p)) for r, p in zip(self.roots, self.parents, strict=True)]
 
@@ -251,7 +251,7 @@ class _Growth:
             x, y = arc
             self.cap[x, y] -= 1
             self.cap[hub, y] = self.cap[self.s, self.hubs].sum()
-            if self._lowest(np.array([arc])) >= self.need:
+            if self.lowest(np.array([arc])) >= self.need:
                 self.parents[i][y] = x
                 depth[y] = depth[x] + 1
                 return
@@ -259,7 +259,7 @@ class _Growth:
             tight = ~reached(self.cap, self.flows[starved], self.s)[:n]
             self.cap[x, y] += 1
             self.cap[hub, y] = 0
-            self._lowest(np.array([[hub, y]]))
+            self.lowest(np.array([[hub, y]]))
             rejected[x, y] = True
 
     def _candidate(self, order, heads, tails, rejected) -> tuple[int, int] | None:

@@ -16,28 +16,44 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+RESIDUAL, FORWARD, BACKWARD = 0, 1, 2
+"""Arcs a search follows: residual capacity left, flow carried, flow carried against them."""
+
 
 @njit(cache=True, nogil=True)
-def _path(f: np.ndarray, cap: np.ndarray, s: int, t: int, prev: np.ndarray) -> bool:
-    """Breadth-first augmenting path ``s -> t`` in the residual network of flow ``f``;
-    ``prev[v]`` is the node before ``v``. Returns whether ``t`` is reached."""
-    n = len(cap)
+def _search(
+    f: np.ndarray, cap: np.ndarray, start: int, stop: np.ndarray, arcs: int, prev: np.ndarray
+) -> int:
+    """Breadth-first search from ``start`` along ``arcs`` (:data:`RESIDUAL`, :data:`FORWARD`
+    or :data:`BACKWARD`) until a node marked in ``stop``; returns it (-1: none), with
+    ``prev[v]`` the node the search reached ``v`` from (-1: not reached)."""
+    n = len(f)
     prev[:] = -1
-    prev[s] = s
+    prev[start] = start
+    if stop[start]:
+        return start
     queue = np.empty(n, dtype=np.int64)
-    queue[0] = s
+    queue[0] = start
     head, tail = 0, 1
     while head < tail:
         x = queue[head]
         head += 1
         for y in range(n):
-            if prev[y] < 0 and cap[x, y] - f[x, y] + f[y, x] > 0:
+            if prev[y] >= 0:
+                continue
+            if arcs == RESIDUAL:
+                follow = cap[x, y] - f[x, y] + f[y, x] > 0
+            elif arcs == FORWARD:
+                follow = f[x, y] > 0
+            else:
+                follow = f[y, x] > 0
+            if follow:
                 prev[y] = x
-                if y == t:
-                    return True
+                if stop[y]:
+                    return y
                 queue[tail] = y
                 tail += 1
-    return False
+    return -1
 
 
 @njit(cache=True, nogil=True)
@@ -45,7 +61,7 @@ def reached(cap: np.ndarray, f: np.ndarray, s: int) -> np.ndarray:
     """Nodes ``s`` reaches in the residual network of flow ``f``: after a max-flow, the
     source side of a minimum cut."""
     prev = np.empty(len(cap), dtype=np.int64)
-    _path(f, cap, s, -1, prev)
+    _search(f, cap, s, np.zeros(len(cap), dtype=np.bool_), RESIDUAL, prev)
     return prev >= 0
 
 
@@ -56,7 +72,9 @@ def _augment(f: np.ndarray, cap: np.ndarray, s: int, t: int, value: int, need: i
     if value >= need:
         return value
     prev = np.empty(len(cap), dtype=np.int64)
-    while value < need and _path(f, cap, s, t, prev):
+    sink = np.zeros(len(cap), dtype=np.bool_)
+    sink[t] = True
+    while value < need and _search(f, cap, s, sink, RESIDUAL, prev) >= 0:
         push = need - value
         y = t
         while y != s:
@@ -75,30 +93,6 @@ def _augment(f: np.ndarray, cap: np.ndarray, s: int, t: int, value: int, need: i
 
 
 @njit(cache=True, nogil=True)
-def _trace(f: np.ndarray, start: int, stop: np.ndarray, forward: bool, prev: np.ndarray) -> int:
-    """Breadth-first search from ``start`` along arcs carrying flow (against them unless
-    ``forward``) until a node marked in ``stop``; returns it (-1: none)."""
-    n = len(f)
-    prev[:] = -1
-    prev[start] = start
-    queue = np.empty(n, dtype=np.int64)
-    queue[0] = start
-    head, tail = 0, 1
-    while head < tail:
-        x = queue[head]
-        head += 1
-        if stop[x]:
-            return x
-        for y in range(n):
-            carried = f[x, y] if forward else f[y, x]
-            if prev[y] < 0 and carried > 0:
-                prev[y] = x
-                queue[tail] = y
-                tail += 1
-    return -1
-
-
-@njit(cache=True, nogil=True)
 def _cancel(f: np.ndarray, s: int, t: int, a: int, b: int, amount: int) -> int:
     """Remove ``amount`` units of flow from arc ``a -> b`` (it carries at least that much)
     along flow paths ``s .. a -> b .. t`` or flow cycles through it; returns how much the
@@ -110,7 +104,7 @@ def _cancel(f: np.ndarray, s: int, t: int, a: int, b: int, amount: int) -> int:
     while amount > 0:
         on_path = np.zeros(n, dtype=np.bool_)
         on_path[s] = True
-        fed = _trace(f, a, on_path, False, behind) >= 0  # else only a cycle feeds a
+        fed = _search(f, f, a, on_path, BACKWARD, behind) >= 0  # else only a cycle feeds a
         on_path[s] = False
         y = s if fed else a
         while y != a:
@@ -118,7 +112,7 @@ def _cancel(f: np.ndarray, s: int, t: int, a: int, b: int, amount: int) -> int:
             on_path[y] = True
         on_path[a] = True
         on_path[t] = fed
-        end = _trace(f, b, on_path, True, ahead)
+        end = _search(f, f, b, on_path, FORWARD, ahead)
         if end < 0:
             raise RuntimeError("a flow broke conservation")
         first = s if end == t else end  # where the stretch along the path to a starts

@@ -144,16 +144,16 @@ def _tree_program(
     roots = None if root is None else [root]
     down = up = ()
     units = 1
-    most = _most_trees(kind, topology.nranks)
+    most_trees = _most_trees(kind, topology.nranks)
     exact = None
     methods = set()
     if kind in (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE):
-        down, units, exact = _shares(edges, roots, _UNITS, most)
+        down, units, exact = _shares(edges, roots, _UNITS, most_trees)
         methods.add(exact is not None)
     if kind.reduces:
         reverse = edges.reversed()
         tries = [units, *_UNITS] if down else _UNITS
-        up, up_units, up_exact = _shares(reverse, roots, tries, most, mirrored=exact)
+        up, up_units, up_exact = _shares(reverse, roots, tries, most_trees, mirrored=exact)
         methods.add(up_exact is not None)
         if down and up_units != units:  # allreduce: both halves cut into the same shares
             if math.lcm(units, up_units) <= _UNITS[-1]:

@@ -199,13 +199,9 @@ def tree_seconds(edges: LogicalEdges, trees: Sequence[WeightedTree]) -> np.ndarr
     """Seconds per byte of each root's data that the weighted ``trees`` put on each link;
     ``None`` when some tree arc is not a logical edge."""
     ids = _edge_ids(edges)
-    total = np.zeros(edges.seconds.shape[1])
-    for tree in trees:
-        used = _tree_edges(ids, tree.parent)
-        if (used < 0).any():
-            return None
-        total += tree.weight * edges.seconds[used].sum(axis=0)
-    return total
+    if any((_tree_edges(ids, t.parent) < 0).any() for t in trees):
+        return None
+    return _loads(edges, trees) @ np.array([t.weight for t in trees])
 
 
 def integral_shares(

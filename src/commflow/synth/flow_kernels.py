@@ -151,8 +151,9 @@ def repair(
     need: int,
 ) -> int:
     """After the capacities of ``arcs`` (rows ``(a, b)``) changed, make every sink's flow fit
-    ``cap`` again and refill it towards ``need``; returns the smallest value, stopping at the
-    first sink that falls short (the others are repaired by the next call)."""
+    ``cap`` again and refill it towards ``need``; returns ``need``, or the value of the first
+    sink that falls short, stopping there (callers undo the change, and the next call
+    repairs the sinks not reached)."""
     for i in range(len(sinks)):
         f = flows[i]
         for k in range(len(arcs)):
@@ -179,8 +180,9 @@ def split(
     need: int,
 ) -> int:
     """Split off ``gamma`` units of the arc pair ``u -> w -> t`` into an arc ``u -> t`` (a
-    negative ``gamma`` undoes a split); flow moves along with the capacity where it can, the
-    flows are repaired towards ``need`` and the smallest value is returned."""
+    negative ``gamma`` undoes a split); flow moves along with the capacity where it can and
+    the flows are repaired towards ``need`` (:func:`repair`: the value of the first sink
+    short of it, else ``need``)."""
     cap[u, w] -= gamma
     cap[w, t] -= gamma
     cap[u, t] += gamma

@@ -205,7 +205,7 @@ class _Growth(_Flows):
 
     def __init__(self, ranks: np.ndarray, roots: list[int]) -> None:
         n, count = len(ranks), len(roots)
-        self.n, self.hubs = n, n + 1 + np.arange(count)
+        self.hubs = n + 1 + np.arange(count)
         cap = np.zeros((n + 1 + count, n + 1 + count), dtype=np.int64)
         cap[:n, :n] = ranks
         cap[n, self.hubs] = 1
@@ -223,19 +223,19 @@ class _Growth(_Flows):
         while growing:
             for i in growing:
                 self._extend(i)
-            done = [i for i in growing if len(self.depths[i]) == self.n]
+            done = [i for i in growing if len(self.depths[i]) == self.nranks]
             if done:
                 self.cap[self.s, self.hubs[done]] = 0
                 self.need -= len(done)
                 self.lowest(np.column_stack([np.full(len(done), self.s), self.hubs[done]]))
-                growing = [i for i in growing if len(self.depths[i]) < self.n]
+                growing = [i for i in growing if len(self.depths[i]) < self.nranks]
         return [(r, tuple(p)) for r, p in zip(self.roots, self.parents, strict=True)]
 
     def _extend(self, i: int) -> None:
         """Add one arc to tree ``i``, from the shallowest rank possible to a rank outside.
         A rejected arc reveals a tight set (a minimum cut of a rank it starved); the next
         arc is sought inside that set, where Lovász's lemma puts a valid one."""
-        n, hub, depth = self.n, self.hubs[i], self.depths[i]
+        n, hub, depth = self.nranks, self.hubs[i], self.depths[i]
         outside = np.ones(n, dtype=bool)
         outside[list(depth)] = False
         order = sorted(depth, key=depth.get)
@@ -250,7 +250,7 @@ class _Growth(_Flows):
                 raise AssertionError("Edmonds' condition held but no arc extends a tree")
             x, y = arc
             self.cap[x, y] -= 1
-            self.cap[hub, y] = self.cap[self.s, self.hubs].sum()
+            self.cap[hub, y] = self.need  # as many as trees still growing: never binding
             if self.lowest(np.array([arc])) >= self.need:
                 self.parents[i][y] = x
                 depth[y] = depth[x] + 1
@@ -266,7 +266,7 @@ class _Growth(_Flows):
         """The first untried arc from a rank of ``order`` in ``tails`` to one in ``heads``."""
         for x in order:
             if tails[x]:
-                ys = np.flatnonzero(heads & (self.cap[x, : self.n] > 0) & ~rejected[x])
+                ys = np.flatnonzero(heads & (self.cap[x, : self.nranks] > 0) & ~rejected[x])
                 if len(ys):
                     return x, int(ys[0])
         return None

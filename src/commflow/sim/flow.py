@@ -4,7 +4,8 @@ Every send is a flow on its connection's routes (traffic split evenly across the
 routes: packet spraying, so a flow puts ``fraction_l * rate`` on link ``l``). Whenever the
 set of active flows changes, rates are recomputed by progressive filling (water-filling):
 all unfrozen flows grow at the same rate until a link saturates, the flows crossing it freeze,
-and so on, giving the max-min fair allocation. A send completes when its last byte has been
+and so on, giving the max-min fair allocation
+(compiled: :func:`commflow.sim.kernels.water_fill`). A send completes when its last byte has been
 injected; its message arrives one connection latency later (:mod:`commflow.sim.paths`).
 
 Exact shortcut: a send whose links are crossed by the sends of no other stream (participant
@@ -16,7 +17,7 @@ so no flow can start before the next event it computes.
 
 Vectorisation: all events within a relative ``1e-9`` of the earliest one are processed
 together (each such event is moved by at most that much), per-flow state lives in numpy
-arrays, and water-filling runs over the (flow, link) incidence in CSR form.
+arrays, and water-filling runs compiled over the (flow, link) incidence in CSR form.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from commflow.sim.dag import StepCosts, StepGraph, Sweep
+from commflow.sim.kernels import water_fill
 from commflow.sim.paths import Connections
 
 RTOL = 1e-9
@@ -34,23 +36,7 @@ def maxmin_rates(conns: Connections, sends: np.ndarray) -> np.ndarray:
     """Max-min fair rates (bytes/s) of the flows of the send steps ``sends``, by progressive
     filling over their links (each flow must cross at least one link)."""
     ptr, link, fraction = conns.expand(sends)
-    owner = np.repeat(np.arange(len(sends)), np.diff(ptr))
-    capacity = conns.bandwidth
-    residual = capacity.copy()
-    rate = np.zeros(len(sends))
-    growing = np.ones(len(sends), dtype=bool)
-    while True:
-        weight = np.bincount(link, weights=fraction * growing[owner], minlength=len(capacity))
-        used = weight.nonzero()[0]
-        if not len(used):
-            return rate
-        headroom = residual[used] / weight[used]
-        tightest = int(np.argmin(headroom))
-        rate[growing] += headroom[tightest]
-        residual -= headroom[tightest] * weight
-        residual[used[tightest]] = 0.0
-        full = residual <= RTOL * capacity
-        growing[owner[full[link]]] = False
+    return water_fill(ptr, link, fraction, conns.bandwidth, RTOL)
 
 
 class _Flows:

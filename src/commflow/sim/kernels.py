@@ -245,3 +245,61 @@ def number_connections(
         nconn += nfound
         s = e
     return keys[:nconn], chunks[:nconn], lowest[:nconn], highest[:nconn]
+
+
+@njit(cache=True, nogil=True)
+def water_fill(
+    ptr: np.ndarray, link: np.ndarray, fraction: np.ndarray, capacity: np.ndarray, rtol: float
+) -> np.ndarray:
+    """Max-min fair rates (bytes/s) of flows ``i`` crossing links ``link[ptr[i]:ptr[i+1]]``
+    with ``fraction`` of their rate, by progressive filling: all growing flows rise together
+    until a link is within ``rtol`` of its ``capacity``; the flows crossing it stop growing,
+    and so on. A flow's link weights leave the per-link sums when it stops (incremental, so
+    a round costs the links still in use, not every flow)."""
+    nflows, nlinks = len(ptr) - 1, len(capacity)
+    owner = np.empty(len(link), dtype=np.int64)
+    by_link = np.zeros(nlinks + 1, dtype=np.int64)
+    weight = np.zeros(nlinks)
+    users = np.zeros(nlinks, dtype=np.int64)
+    for f in range(nflows):
+        for e in range(ptr[f], ptr[f + 1]):
+            owner[e] = f
+            by_link[link[e] + 1] += 1
+            weight[link[e]] += fraction[e]
+            users[link[e]] += 1
+    for lk in range(nlinks):
+        by_link[lk + 1] += by_link[lk]
+    fill = by_link[:-1].copy()
+    entries = np.empty(len(link), dtype=np.int64)
+    for e in range(len(link)):
+        entries[fill[link[e]]] = e
+        fill[link[e]] += 1
+    used = np.flatnonzero(users)
+    residual = capacity.copy()
+    rate = np.zeros(nflows)
+    growing = np.ones(nflows, dtype=np.bool_)
+    level = 0.0
+    while len(used):
+        tight, headroom = -1, np.inf
+        for lk in used:
+            h = residual[lk] / weight[lk]
+            if h < headroom:
+                tight, headroom = lk, h
+        level += headroom
+        for lk in used:
+            residual[lk] -= headroom * weight[lk]
+        residual[tight] = 0.0
+        for lk in used:
+            if residual[lk] > rtol * capacity[lk]:
+                continue
+            for j in range(by_link[lk], by_link[lk + 1]):
+                f = owner[entries[j]]
+                if not growing[f]:
+                    continue
+                growing[f] = False
+                rate[f] = level
+                for e in range(ptr[f], ptr[f + 1]):
+                    users[link[e]] -= 1
+                    weight[link[e]] -= fraction[e]
+        used = used[users[used] > 0]
+    return rate

@@ -3,7 +3,8 @@
 - :func:`synthesize`: the front door.
 - :mod:`~commflow.synth.links`: logical rank-to-rank edges (switches split off).
 - :mod:`~commflow.synth.forest`: exact integer tree packings (ForestColl): ``k`` trees per
-  root at the cut bound (:mod:`~commflow.synth.flow_kernels`: its incremental max-flows).
+  root at the cut bound (:mod:`~commflow.synth.flow_kernels`: its incremental max-flows);
+  :mod:`~commflow.synth.boxes`: the same for clusters of alike boxes, composed from one box's.
 - :mod:`~commflow.synth.trees`: fractional spanning-tree packing by column generation
   (Blink), rounded to whole shares: the fallback.
 - :mod:`~commflow.synth.lower`: packings to programs.
@@ -17,12 +18,14 @@ from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, allto
 from commflow.synth.api import (
     ALLTOALL_CHUNKS,
     DEFAULT_PIECES,
-    MAX_STEPS,
     OBJECTIVES,
     PIECES_PER_LEVEL,
+    STEPS_PER_RANK,
+    max_steps,
     synthesize,
 )
 from commflow.synth.balanced import DEFAULT_SIZE, Candidate, candidates, message_depth
+from commflow.synth.boxes import by_box
 from commflow.synth.forest import Forest, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import lower
@@ -33,6 +36,7 @@ from commflow.synth.trees import TreePacking, WeightedTree, integral_shares, pac
 
 __all__ = [
     "Forest",
+    "by_box",
     "forest",
     "mirror",
     "StepSchedule",
@@ -52,7 +56,8 @@ __all__ = [
     "alltoall_flow",
     "alltoall_program",
     "DEFAULT_PIECES",
-    "MAX_STEPS",
+    "STEPS_PER_RANK",
+    "max_steps",
     "PIECES_PER_LEVEL",
     "OBJECTIVES",
     "LogicalEdges",

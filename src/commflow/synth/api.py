@@ -10,6 +10,7 @@ from commflow.errors import AlgorithmError
 from commflow.ir import Program
 from commflow.synth.alltoall_lp import alltoall_flow, alltoall_program
 from commflow.synth.balanced import balanced
+from commflow.synth.boxes import by_box
 from commflow.synth.forest import Forest, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import depth, lower, steps_per_piece
@@ -36,12 +37,20 @@ trails its first by the tree depth, so the time lost is about ``depth / pieces``
 keeps it within ~1.7% at 1 GiB (DGX H100 x2 reduce-scatter, 4 levels: 98.3% of the bound
 with 256 pieces in the flow model)."""
 
-MAX_STEPS = 2_000_000
-"""Most steps a tree program gets from the default ``pieces`` (fewer pieces beyond it)."""
+STEPS_PER_RANK = 125_000
+"""Most steps per rank a tree program gets from the default ``pieces`` (fewer pieces beyond
+it): 2 million on 16 ranks, 8 million on 64, where trees have more edges and more roots
+and need as many pieces to pipeline (see :func:`max_steps`)."""
 
 MIN_PIECES = 128
 """Pieces per share the number of trees per root must leave room for within
-:data:`MAX_STEPS` (pipelining needs them; a few more trees gain little)."""
+:func:`max_steps` (pipelining needs them; a few more trees gain little)."""
+
+
+def max_steps(nranks: int) -> int:
+    """Most steps a tree program on ``nranks`` ranks gets from the default ``pieces``:
+    :data:`STEPS_PER_RANK` per rank, at least as many as on 16 ranks."""
+    return STEPS_PER_RANK * max(nranks, 16)
 
 
 def synthesize(
@@ -116,10 +125,13 @@ def _shares(
 ) -> tuple[tuple[WeightedTree, ...], int, Forest | None]:
     """Trees in whole shares of each root's data, the shares per root, and the exact
     integer packing when it gave them: ``mirrored`` turned round if that is as good
-    (:func:`~commflow.synth.forest.mirror`), else :func:`~commflow.synth.forest.forest` with
-    up to ``most_trees`` trees per root, else the column-generation packing rounded to one
-    of ``units`` shares."""
+    (:func:`~commflow.synth.forest.mirror`), else for all roots the composition of one box's
+    packing (:func:`~commflow.synth.boxes.by_box`: shallower trees), else
+    :func:`~commflow.synth.forest.forest` with up to ``most_trees`` trees per root, else the
+    column-generation packing rounded to one of ``units`` shares."""
     exact = None if mirrored is None else mirror(mirrored, edges, roots)
+    if exact is None and roots is None:
+        exact = by_box(edges, most_trees)
     exact = exact or forest(edges, roots, most_trees=most_trees)
     if exact is not None:
         return exact.trees, exact.k, exact
@@ -128,8 +140,8 @@ def _shares(
 
 def _most_trees(kind: Collective, nranks: int) -> int:
     """Trees per root that leave every share :data:`MIN_PIECES` pieces within
-    :data:`MAX_STEPS` (at least 4, at most the largest of the share counts tried)."""
-    fit = MAX_STEPS // (MIN_PIECES * steps_per_piece(kind, nranks, 1))
+    :func:`max_steps` (at least 4, at most the largest of the share counts tried)."""
+    fit = max_steps(nranks) // (MIN_PIECES * steps_per_piece(kind, nranks, 1))
     return min(max(4, fit), _UNITS[-1])
 
 
@@ -137,7 +149,7 @@ def _tree_program(
     kind: Collective, topology: Topology, root: int | None, pieces: int | None
 ) -> Program:
     """Tree packing lowered with ``pieces`` chunks per share; by default
-    :data:`PIECES_PER_LEVEL` per level of the deepest share, within :data:`MAX_STEPS`."""
+    :data:`PIECES_PER_LEVEL` per level of the deepest share, within :func:`max_steps`."""
     if kind in (Collective.GATHER, Collective.SCATTER):
         raise AlgorithmError(f"tree packing does not synthesize {kind.value}")
     edges = logical_edges(topology)
@@ -163,7 +175,7 @@ def _tree_program(
                 methods.add(False)
         units = up_units
     if pieces is None:
-        most = MAX_STEPS // steps_per_piece(kind, topology.nranks, units)
+        most = max_steps(topology.nranks) // steps_per_piece(kind, topology.nranks, units)
         pieces = max(1, min(PIECES_PER_LEVEL * (depth(down) + depth(up)), most))
     return lower(
         kind,

@@ -79,7 +79,7 @@ def forest(
     if topology.nnodes > MOST_NODES:
         return None
     roots = list(range(topology.nranks)) if roots is None else roots
-    net, best = _binding_cut(edges, roots)
+    net, best = binding_cut(edges, roots)
     failures = 0
     for ratio in RATIOS:
         for k in range(1, most_trees + 1):
@@ -93,7 +93,7 @@ def forest(
                 continue
             growth = _Growth(network.cap[: network.nranks, : network.nranks], roots * k)
             trees = tuple(WeightedTree(r, parent, 1.0 / k) for r, parent in growth.trees())
-            if _at_bound(edges, trees, best.weight / float(best.bandwidth) * float(ratio)):
+            if at_bound(edges, trees, best.weight / float(best.bandwidth) * float(ratio)):
                 return Forest(trees, k, float(ratio), time.perf_counter() - start)
     return None
 
@@ -104,13 +104,13 @@ def mirror(found: Forest, edges: LogicalEdges, roots: list[int] | None = None) -
     ``found`` is to its own: on topologies whose links are symmetric, reductions reuse the
     allgather trees this way. ``None`` otherwise."""
     roots = list(range(edges.nranks)) if roots is None else roots
-    _, best = _binding_cut(edges, roots)
-    if _at_bound(edges, found.trees, best.weight / float(best.bandwidth) * found.ratio):
+    _, best = binding_cut(edges, roots)
+    if at_bound(edges, found.trees, best.weight / float(best.bandwidth) * found.ratio):
         return found
     return None
 
 
-def _binding_cut(edges: LogicalEdges, roots: list[int]):
+def binding_cut(edges: LogicalEdges, roots: list[int]):
     """The flow network of ``edges``' direction and its binding cut for ``roots``."""
     from commflow.sim.cuts import allgather_search, broadcast_cut, flow_network
 
@@ -272,7 +272,7 @@ class _Growth(_Flows):
         return None
 
 
-def _at_bound(edges: LogicalEdges, trees: tuple[WeightedTree, ...], bound: float) -> bool:
+def at_bound(edges: LogicalEdges, trees: tuple[WeightedTree, ...], bound: float) -> bool:
     """Whether every tree arc is a logical edge and the busiest link takes at most
     ``bound`` seconds per byte of each root's data."""
     loads = tree_seconds(edges, trees)

@@ -16,7 +16,7 @@ import time
 from commflow.algorithms import build_for
 from commflow.errors import CommflowError
 from commflow.sim import lower_bound, simulate
-from commflow.synth import synthesize
+from commflow.synth import MOST_STEPS, synthesize
 from commflow.topology import load
 from commflow.units import parse_size
 
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("topologies", nargs="*", default=list(GOALS))
     parser.add_argument("--model", default="flow", choices=("flow", "alphabeta"))
     parser.add_argument("--size", default="1G", type=parse_size, help="bytes, e.g. 1G")
-    parser.add_argument("--max-sim-steps", default=2_000_000, type=int)
+    parser.add_argument("--max-sim-steps", default=MOST_STEPS, type=int)
     parser.add_argument("--collectives", default=",".join(COLLECTIVES))
     args = parser.parse_args()
     print(f"model={args.model} size={args.size:.0f} bytes")

@@ -92,12 +92,13 @@ def test_default_pieces_per_tree_level_stay_within_the_step_budget(monkeypatch):
     topo = topology.fat_tree(4)  # every rank one switch hop from every other: depth 1
     assert dict(synthesize("allgather", topo).params)["pieces"] == api.PIECES_PER_LEVEL
     assert dict(synthesize("allreduce", topo).params)["pieces"] == 2 * api.PIECES_PER_LEVEL
-    monkeypatch.setattr(api, "STEPS_PER_RANK", 300)  # 4800 steps on 16 ranks
+    monkeypatch.setattr(api, "MAX_STEPS", 5000)
     program = synthesize("allgather", topo)
-    assert dict(program.params)["pieces"] == 4800 // steps_per_piece(Collective.ALLGATHER, 16, 1)
-    assert len(program.table) <= 4800
+    assert dict(program.params)["pieces"] == 5000 // steps_per_piece(Collective.ALLGATHER, 16, 1)
+    assert len(program.table) <= 5000
 
 
-def test_step_budget_grows_with_ranks_beyond_sixteen():
-    assert api.max_steps(8) == api.max_steps(16) == 16 * api.STEPS_PER_RANK == 2_000_000
-    assert api.max_steps(64) == 4 * api.max_steps(16)
+def test_step_budget_keeps_the_pieces_of_sixteen_ranks_up_to_a_cap():
+    assert api.max_steps(8) == api.max_steps(16) == api.MAX_STEPS
+    assert api.max_steps(32) == 4 * api.MAX_STEPS
+    assert api.max_steps(64) == api.MOST_STEPS < 16 * api.MAX_STEPS

@@ -18,9 +18,10 @@ from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, allto
 from commflow.synth.api import (
     ALLTOALL_CHUNKS,
     DEFAULT_PIECES,
+    MAX_STEPS,
+    MOST_STEPS,
     OBJECTIVES,
     PIECES_PER_LEVEL,
-    STEPS_PER_RANK,
     max_steps,
     synthesize,
 )
@@ -56,7 +57,8 @@ __all__ = [
     "alltoall_flow",
     "alltoall_program",
     "DEFAULT_PIECES",
-    "STEPS_PER_RANK",
+    "MAX_STEPS",
+    "MOST_STEPS",
     "max_steps",
     "PIECES_PER_LEVEL",
     "OBJECTIVES",

@@ -37,20 +37,25 @@ trails its first by the tree depth, so the time lost is about ``depth / pieces``
 keeps it within ~1.7% at 1 GiB (DGX H100 x2 reduce-scatter, 4 levels: 98.3% of the bound
 with 256 pieces in the flow model)."""
 
-STEPS_PER_RANK = 125_000
-"""Most steps per rank a tree program gets from the default ``pieces`` (fewer pieces beyond
-it): 2 million on 16 ranks, 8 million on 64, where trees have more edges and more roots
-and need as many pieces to pipeline (see :func:`max_steps`)."""
+MAX_STEPS = 2_000_000
+"""Most steps a tree program on up to 16 ranks gets from the default ``pieces`` (fewer pieces
+beyond it; see :func:`max_steps` for more ranks)."""
+
+MOST_STEPS = 16_000_000
+"""Most steps a tree program on any number of ranks gets from the default ``pieces``
+(~0.6 GB of program, ~10 s of lowering)."""
 
 MIN_PIECES = 128
 """Pieces per share the number of trees per root must leave room for within
-:func:`max_steps` (pipelining needs them; a few more trees gain little)."""
+:data:`MAX_STEPS` (pipelining needs them; a few more trees gain little)."""
 
 
 def max_steps(nranks: int) -> int:
     """Most steps a tree program on ``nranks`` ranks gets from the default ``pieces``:
-    :data:`STEPS_PER_RANK` per rank, at least as many as on 16 ranks."""
-    return STEPS_PER_RANK * max(nranks, 16)
+    :data:`MAX_STEPS`, times ``(nranks / 16)**2`` beyond 16 ranks (a piece's steps grow with
+    roots x tree edges, so this leaves as many pieces as on 16 ranks), at most
+    :data:`MOST_STEPS`."""
+    return min(MOST_STEPS, MAX_STEPS * max(nranks, 16) ** 2 // 256)
 
 
 def synthesize(
@@ -140,8 +145,10 @@ def _shares(
 
 def _most_trees(kind: Collective, nranks: int) -> int:
     """Trees per root that leave every share :data:`MIN_PIECES` pieces within
-    :func:`max_steps` (at least 4, at most the largest of the share counts tried)."""
-    fit = max_steps(nranks) // (MIN_PIECES * steps_per_piece(kind, nranks, 1))
+    :data:`MAX_STEPS` (at least 4, at most the largest of the share counts tried). Larger
+    clusters' larger budgets (:func:`max_steps`) buy pieces, not trees: the tree search slows
+    with many trees (MI250 x2: 23 trees per root take 50 s) for little gain."""
+    fit = MAX_STEPS // (MIN_PIECES * steps_per_piece(kind, nranks, 1))
     return min(max(4, fit), _UNITS[-1])
 
 

@@ -8,9 +8,10 @@ every other box (an *entry*, one route through the network); every box then spre
 rank ``i`` holds, its own data and the entries, along its copy of ``i``'s box trees. The box
 packing is found on the box's links plus what the entries leave of its links to the network
 switches at the cluster's cut bound, so a box may also route among its own ranks through the
-network (on MI250 x2 that relieves the xGMI links into each GCD pair, the binding cut). The
-composition is kept only when it is exact (the cluster's busiest link at the cut bound), so
-it never trades bandwidth for depth.
+network where it has capacity to spare. The composition is kept only when it is exact (the
+cluster's busiest link at the cut bound), so it never trades bandwidth for depth: on MI250 x2
+the spare network capacity does relieve the xGMI links into each GCD pair (the binding cut),
+but whole trees per link reach the bound only with more trees per root than are tried.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def by_box(edges: LogicalEdges, most_trees: int) -> Forest | None:
                 parent = list(_entry_parents(ranks, home, i, topology.nranks))
                 for theirs in ranks:
                     for v, p in enumerate(t.parent):
-                        if p >= 0 and v != i:
+                        if p >= 0:
                             parent[theirs[v]] = theirs[p]
                 trees.append(WeightedTree(r, tuple(parent), t.weight))
     if not at_bound(edges, tuple(trees), bound):

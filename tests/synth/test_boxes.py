@@ -54,8 +54,9 @@ def test_mi250x4_composition_is_far_shallower_than_the_whole_cluster_packing():
 
 
 def test_mi250x2_composition_is_not_exact_and_is_refused():
-    """Entries leave MI250 x2's NICs a third spare, but whole trees per xGMI link need 83
-    trees per root to reach the bound (tests/synth/test_forest.py)."""
+    """Entries leave 37/120 of each MI250 x2 NIC spare, which relieves the xGMI links into
+    each GCD pair (the binding cut: 332 GB/s in for 30 roots' data), but a 50 GB/s xGMI link
+    then carries 375/83 k trees: exact only with 83 trees per root, beyond those tried."""
     assert by_box(logical_edges(topology.load("mi250x2")), most_trees=24) is None
 
 

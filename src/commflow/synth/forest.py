@@ -30,6 +30,7 @@ import math
 import time
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.sparse.csgraph import shortest_path
@@ -37,6 +38,9 @@ from scipy.sparse.csgraph import shortest_path
 from commflow.synth.flow_kernels import reached, repair, split
 from commflow.synth.links import LogicalEdges
 from commflow.synth.trees import WeightedTree, tree_seconds
+
+if TYPE_CHECKING:
+    from commflow.sim.cuts import FlowNetwork, RatioCut
 
 MOST_TREES = 24
 """Most trees per root tried."""
@@ -110,8 +114,10 @@ def mirror(found: Forest, edges: LogicalEdges, roots: list[int] | None = None) -
     return None
 
 
-def binding_cut(edges: LogicalEdges, roots: list[int]):
-    """The flow network of ``edges``' direction and its binding cut for ``roots``."""
+def binding_cut(edges: LogicalEdges, roots: list[int]) -> tuple[FlowNetwork, RatioCut]:
+    """The flow network of ``edges``' direction and its binding cut for ``roots`` (one root:
+    the broadcast cut); the cut's ``weight / bandwidth`` is the bound in seconds per byte of
+    each root's data."""
     from commflow.sim.cuts import allgather_search, broadcast_cut, flow_network
 
     net = flow_network(edges.topology, reverse=edges.reverse)

@@ -21,10 +21,12 @@ import time
 from dataclasses import replace
 from fractions import Fraction
 
+import numpy as np
+
 from commflow.synth.forest import Forest, at_bound, binding_cut, forest
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.trees import WeightedTree, tree_seconds
-from commflow.topology.graph import NodeKind, Topology, make_topology
+from commflow.topology.graph import Link, NodeKind, Topology, make_topology
 
 DENOMINATOR = 10**6
 """Largest denominator of the fraction of a link the entries leave (exact capacities)."""
@@ -53,9 +55,13 @@ def by_box(edges: LogicalEdges, most_trees: int) -> Forest | None:
     left = [1 - Fraction(s / bound).limit_denominator(DENOMINATOR) for s in spent]
     if min(left) < 0:
         return None
-    box = _box_topology(topology, boxes[0], left)
+    box, scale = _box_topology(topology, boxes[0], left)
     inner_edges = logical_edges(box)
-    inner = forest(inner_edges.reversed() if edges.reverse else inner_edges, most_trees=most_trees)
+    inner_edges = inner_edges.reversed() if edges.reverse else inner_edges
+    _, inner_best = binding_cut(inner_edges, list(range(box.nranks)))
+    if len(boxes) * scale * inner_best.weight / float(inner_best.bandwidth) > bound * (1 + 1e-9):
+        return None  # each box tree carries one share of every box's root: too slow
+    inner = forest(inner_edges, most_trees=most_trees, ratios=(Fraction(1),))
     if inner is None:
         return None
     trees = []
@@ -108,13 +114,16 @@ def _alike_boxes(topology: Topology) -> list[list[int]] | None:
     return boxes
 
 
-def _box_topology(topology: Topology, nodes: list[int], left: list[Fraction]) -> Topology:
+def _box_topology(
+    topology: Topology, nodes: list[int], left: list[Fraction]
+) -> tuple[Topology, int]:
     """The topology of ``nodes`` (one box, ranks first), the switches outside every box and
     the links among them that touch the box, each with the fraction ``left`` of its
-    bandwidth, all scaled by one factor to whole bytes/s (exact capacities for the cuts)."""
+    bandwidth, all multiplied by the returned factor to whole bytes/s (exact capacities for
+    the cuts); only the links on some shortest route between two of its ranks (no tree can
+    use the others, and the cut bound would count them)."""
     mine = set(nodes)
-    outside = [n.id for n in topology.nodes if n.box is None]
-    order = nodes + outside
+    order = nodes + [n.id for n in topology.nodes if n.box is None]
     known = set(order)
     kept = [
         (lk, Fraction(lk.bandwidth) * share)
@@ -122,13 +131,20 @@ def _box_topology(topology: Topology, nodes: list[int], left: list[Fraction]) ->
         if share > 0 and lk.src in known and lk.dst in known and (lk.src in mine or lk.dst in mine)
     ]
     scale = math.lcm(*(bw.denominator for _, bw in kept))
-    touched = {lk.src for lk, _ in kept} | {lk.dst for lk, _ in kept} | mine
+    links = [replace(lk, bandwidth=float(bw * scale)) for lk, bw in kept]
+    whole = _subgraph(topology, order, links, mine)
+    routed = {int(i) for i in np.unique(logical_edges(whole).load.indices)}
+    routes = [lk for i, lk in enumerate(links) if i in routed]
+    return _subgraph(topology, order, routes, mine), scale
+
+
+def _subgraph(topology: Topology, order: list[int], links: list[Link], keep: set[int]) -> Topology:
+    """``links`` (ids of ``topology``, sorted) among the nodes of ``keep`` and those they
+    touch, renumbered in the order of ``order``."""
+    touched = {lk.src for lk in links} | {lk.dst for lk in links} | keep
     position = {v: i for i, v in enumerate(v for v in order if v in touched)}
     return make_topology(
         f"{topology.name}.box",
         [replace(topology.nodes[v], id=i, box=0) for v, i in position.items()],
-        [
-            replace(lk, src=position[lk.src], dst=position[lk.dst], bandwidth=float(bw * scale))
-            for lk, bw in kept
-        ],
+        [replace(lk, src=position[lk.src], dst=position[lk.dst]) for lk in links],
     )

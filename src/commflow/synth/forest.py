@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -73,9 +74,10 @@ def forest(
     roots: list[int] | None = None,
     *,
     most_trees: int = MOST_TREES,
+    ratios: Sequence[Fraction] = RATIOS,
 ) -> Forest | None:
     """``k`` out-trees per root over ``edges`` (reversed edges: in-trees) whose busiest
-    link takes the cut bound times the first of :data:`RATIOS` (1: exact) that some
+    link takes the cut bound times the first of ``ratios`` (1: exact) that some
     ``k <= most_trees`` reaches, the smallest such ``k``; ``None`` when none does or the
     topology is beyond this construction (see the module)."""
     start = time.perf_counter()
@@ -85,7 +87,7 @@ def forest(
     roots = list(range(topology.nranks)) if roots is None else roots
     net, best = binding_cut(edges, roots)
     failures = 0
-    for ratio in RATIOS:
+    for ratio in ratios:
         for k in range(1, most_trees + 1):
             network = _Network(net, roots, k, Fraction(k * best.weight, best.capacity) * ratio)
             if network.lowest() < network.need:

@@ -99,6 +99,6 @@ def test_default_pieces_per_tree_level_stay_within_the_step_budget(monkeypatch):
 
 
 def test_step_budget_keeps_the_pieces_of_sixteen_ranks_up_to_a_cap():
-    assert api.max_steps(8) == api.max_steps(16) == api.MAX_STEPS
-    assert api.max_steps(32) == 4 * api.MAX_STEPS
-    assert api.max_steps(64) == api.MOST_STEPS < 16 * api.MAX_STEPS
+    assert api.step_budget(8) == api.step_budget(16) == api.MAX_STEPS
+    assert api.step_budget(32) == 4 * api.MAX_STEPS
+    assert api.step_budget(64) == api.MOST_STEPS < 16 * api.MAX_STEPS

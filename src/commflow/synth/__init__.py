@@ -22,7 +22,7 @@ from commflow.synth.api import (
     MOST_STEPS,
     OBJECTIVES,
     PIECES_PER_LEVEL,
-    max_steps,
+    step_budget,
     synthesize,
 )
 from commflow.synth.balanced import DEFAULT_SIZE, Candidate, candidates, message_depth
@@ -59,7 +59,7 @@ __all__ = [
     "DEFAULT_PIECES",
     "MAX_STEPS",
     "MOST_STEPS",
-    "max_steps",
+    "step_budget",
     "PIECES_PER_LEVEL",
     "OBJECTIVES",
     "LogicalEdges",

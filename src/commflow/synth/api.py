@@ -39,7 +39,7 @@ with 256 pieces in the flow model)."""
 
 MAX_STEPS = 2_000_000
 """Most steps a tree program on up to 16 ranks gets from the default ``pieces`` (fewer pieces
-beyond it; see :func:`max_steps` for more ranks)."""
+beyond it; see :func:`step_budget` for more ranks)."""
 
 MOST_STEPS = 16_000_000
 """Most steps a tree program on any number of ranks gets from the default ``pieces``
@@ -50,7 +50,7 @@ MIN_PIECES = 128
 :data:`MAX_STEPS` (pipelining needs them; a few more trees gain little)."""
 
 
-def max_steps(nranks: int) -> int:
+def step_budget(nranks: int) -> int:
     """Most steps a tree program on ``nranks`` ranks gets from the default ``pieces``:
     :data:`MAX_STEPS`, times ``(nranks / 16)**2`` beyond 16 ranks (a piece's steps grow with
     roots x tree edges, so this leaves as many pieces as on 16 ranks), at most
@@ -146,7 +146,7 @@ def _shares(
 def _most_trees(kind: Collective, nranks: int) -> int:
     """Trees per root that leave every share :data:`MIN_PIECES` pieces within
     :data:`MAX_STEPS` (at least 4, at most the largest of the share counts tried). Larger
-    clusters' larger budgets (:func:`max_steps`) buy pieces, not trees: the tree search slows
+    clusters' larger budgets (:func:`step_budget`) buy pieces, not trees: the tree search slows
     with many trees (MI250 x2: 23 trees per root take 50 s) for little gain."""
     fit = MAX_STEPS // (MIN_PIECES * steps_per_piece(kind, nranks, 1))
     return min(max(4, fit), _UNITS[-1])
@@ -156,7 +156,7 @@ def _tree_program(
     kind: Collective, topology: Topology, root: int | None, pieces: int | None
 ) -> Program:
     """Tree packing lowered with ``pieces`` chunks per share; by default
-    :data:`PIECES_PER_LEVEL` per level of the deepest share, within :func:`max_steps`."""
+    :data:`PIECES_PER_LEVEL` per level of the deepest share, within :func:`step_budget`."""
     if kind in (Collective.GATHER, Collective.SCATTER):
         raise AlgorithmError(f"tree packing does not synthesize {kind.value}")
     edges = logical_edges(topology)
@@ -182,7 +182,7 @@ def _tree_program(
                 methods.add(False)
         units = up_units
     if pieces is None:
-        most = max_steps(topology.nranks) // steps_per_piece(kind, topology.nranks, units)
+        most = step_budget(topology.nranks) // steps_per_piece(kind, topology.nranks, units)
         pieces = max(1, min(PIECES_PER_LEVEL * (depth(down) + depth(up)), most))
     return lower(
         kind,

@@ -60,7 +60,7 @@ def by_box(edges: LogicalEdges, most_trees: int) -> Forest | None:
     inner_edges = inner_edges.reversed() if edges.reverse else inner_edges
     _, inner_best = binding_cut(inner_edges, list(range(box.nranks)))
     if len(boxes) * scale * inner_best.weight / float(inner_best.bandwidth) > bound * (1 + 1e-9):
-        return None  # each box tree carries one share of every box's root: too slow
+        return None  # a box's trees carry every box's roots: B times the cluster's rate
     inner = forest(inner_edges, most_trees=most_trees, ratios=(Fraction(1),))
     if inner is None:
         return None

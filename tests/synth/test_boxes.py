@@ -3,6 +3,7 @@ enters every other box at the root's local rank and spreads along that box's cop
 trees; kept only at the cut bound."""
 
 from dataclasses import replace
+from fractions import Fraction
 
 import pytest
 
@@ -10,6 +11,7 @@ from commflow import topology
 from commflow.ir import verify
 from commflow.sim import lower_bound
 from commflow.synth import api, by_box, forest, logical_edges, synthesize
+from commflow.synth.boxes import _alike_boxes, _box_topology
 from commflow.synth.lower import depth
 from commflow.synth.trees import tree_seconds
 from commflow.topology import make_topology
@@ -89,3 +91,14 @@ def test_default_pieces_follow_the_composed_depth():
     assert depth(by_box(edges, most_trees=24).trees) == 2 < depth(forest(edges).trees) == 4
     params = dict(synthesize("allgather", topo).params)
     assert params["pieces"] == 2 * api.PIECES_PER_LEVEL
+
+
+def test_box_topology_keeps_only_links_on_routes_between_its_ranks():
+    """DGX A100 x4: the NICs and rail switches lie on no shortest route inside a box (the
+    NVSwitch is shorter) and are dropped; MI250 x2 keeps the IB switch, two hops between
+    GCDs with no xGMI link, as a loop-back with what the entries leave of each NIC."""
+    for name, switch in [("dgx-a100x4", "box0.nvswitch"), ("mi250x2", "ib")]:
+        topo = topology.load(name)
+        box, _ = _box_topology(topo, _alike_boxes(topo)[0], [Fraction(1)] * len(topo.links))
+        assert [n.name for n in box.nodes[box.nranks :]] == [switch]
+        assert box.nranks == topo.nranks // topo.nboxes

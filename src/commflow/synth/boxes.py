@@ -132,19 +132,23 @@ def _box_topology(
     ]
     scale = math.lcm(*(bw.denominator for _, bw in kept))
     links = [replace(lk, bandwidth=float(bw * scale)) for lk, bw in kept]
-    whole = _subgraph(topology, order, links, mine)
-    routed = {int(i) for i in np.unique(logical_edges(whole).load.indices)}
-    routes = [lk for i, lk in enumerate(links) if i in routed]
-    return _subgraph(topology, order, routes, mine), scale
+    name = f"{topology.name}.box"
+    whole = _subgraph(name, topology, order, links, mine)
+    routed = [whole.links[i] for i in np.unique(logical_edges(whole).load.indices)]
+    return _subgraph(
+        name, whole, list(range(whole.nnodes)), routed, set(range(whole.nranks))
+    ), scale
 
 
-def _subgraph(topology: Topology, order: list[int], links: list[Link], keep: set[int]) -> Topology:
-    """``links`` (ids of ``topology``, sorted) among the nodes of ``keep`` and those they
+def _subgraph(
+    name: str, topology: Topology, order: list[int], links: list[Link], keep: set[int]
+) -> Topology:
+    """``links`` (between nodes of ``topology``) over the nodes of ``keep`` and those they
     touch, renumbered in the order of ``order``."""
     touched = {lk.src for lk in links} | {lk.dst for lk in links} | keep
     position = {v: i for i, v in enumerate(v for v in order if v in touched)}
     return make_topology(
-        f"{topology.name}.box",
+        name,
         [replace(topology.nodes[v], id=i, box=0) for v, i in position.items()],
         [replace(lk, src=position[lk.src], dst=position[lk.dst]) for lk in links],
     )

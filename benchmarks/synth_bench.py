@@ -58,6 +58,8 @@ def _row(name: str, collective: str, args: argparse.Namespace) -> str:
     bound = lower_bound(collective, topo, args.size).algbw / 1e9
     params = dict(program.params)
     shape = f"{params['units']} x {params['pieces']}"
+    if params.get("lowering") == "streams":
+        shape += " streams"
     steps = len(program.table)
     if steps > args.max_sim_steps:
         got = ratio = ring = tree = "-"

@@ -149,7 +149,16 @@ def synth(
         )
     if "packing" in params:
         how = "exact integer packing" if params["packing"] == "forest" else "column generation"
-        out.print(f"trees: {how}, {params['units']} per root, {params['pieces']} pieces each")
+        if params.get("lowering") != "streams":
+            shape = f"{params['units']} per root, {params['pieces']} pieces each"
+        elif params["packing"] == "forest":
+            shape = f"{params['units']} per root, {params['pieces']} pieces each, a stream per edge"
+        else:
+            shape = (
+                f"{params['trees']} weighted per root, {params['pieces']} pieces per root, "
+                "a stream per edge"
+            )
+        out.print(f"trees: {how}, {shape}")
     rows = table(
         "size",
         "time(us)",

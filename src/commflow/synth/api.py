@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 from commflow.collectives import Collective, check_root, parse_collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program
 from commflow.synth.alltoall_lp import alltoall_flow, alltoall_program
 from commflow.synth.balanced import balanced
-from commflow.synth.boxes import by_box
-from commflow.synth.forest import Forest, forest, mirror
+from commflow.synth.boxes import by_box, dedicated_edges
+from commflow.synth.forest import Forest, at_bound, binding_cut, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
-from commflow.synth.lower import depth, lower, steps_per_piece
+from commflow.synth.lower import DOWN, depth, lower, steps_per_piece
 from commflow.synth.steps import pareto, schedule_program
+from commflow.synth.streams import lower_streams
 from commflow.synth.trees import WeightedTree, integral_shares, pack_trees
 from commflow.topology.graph import Topology
 from commflow.topology.routing import diameter
@@ -44,6 +46,12 @@ beyond it; see :func:`step_budget` for more ranks)."""
 MOST_STEPS = 16_000_000
 """Most steps a tree program on any number of ranks gets from the default ``pieces``
 (~0.6 GB of program, ~10 s of lowering)."""
+
+STREAM_PIECES = 1024
+"""Chunks per root's data a program with one stream per edge gets by default on up to 16
+ranks, times ``(nranks / 16)**2`` beyond (as :func:`step_budget`), within the step budget.
+MI250 (k = 3 trees per root): 99.4-99.6% of the bound at 1 GiB in the flow model in under
+0.5 s; MI250 x2 needs the 4,096 it gets (2,048: reduce-scatter 98.0%, 4,096: 98.2%)."""
 
 MIN_PIECES = 128
 """Pieces per share the number of trees per root must leave room for within
@@ -161,6 +169,9 @@ def _tree_program(
         raise AlgorithmError(f"tree packing does not synthesize {kind.value}")
     edges = logical_edges(topology)
     roots = None if root is None else [root]
+    streamed = _stream_program(kind, topology, edges, root, pieces)
+    if streamed is not None:
+        return streamed
     down = up = ()
     units = 1
     most_trees = _most_trees(kind, topology.nranks)
@@ -200,3 +211,121 @@ def _tree_program(
             "packing": "forest" if methods == {True} else "columns",
         },
     )
+
+
+def _stream_program(
+    kind: Collective, topology: Topology, edges: LogicalEdges, root: int | None, pieces: int | None
+) -> Program | None:
+    """Trees at the cut bound over the edges with links of their own, lowered with one stream
+    per edge (:mod:`commflow.synth.streams`): ``pieces`` chunks per tree of an exact packing
+    of equal trees, else per root's data; by default :data:`STREAM_PIECES` chunks per root's
+    data within :func:`step_budget`. ``None`` when those edges fall short of the bound."""
+    roots = None if root is None else [root]
+    found = _streamed(kind, edges, roots)
+    if found is None:
+        return None
+    own, down, up, units, method = found
+    n = topology.nranks
+    if pieces is None:
+        budget = step_budget(n)
+        most = min(budget // steps_per_piece(kind, n, 1), STREAM_PIECES * budget // MAX_STEPS)
+        pieces = max(1, most // units)
+    trees = max(sum(t.root == r for t in down or up) for r in range(n))
+    return lower_streams(
+        kind,
+        own,
+        down=down,
+        up=up,
+        pieces=units * pieces,
+        name=f"{kind.value}/synth_trees",
+        root=root,
+        params={
+            "topology": topology.name,
+            "units": units,
+            "pieces": pieces,
+            "trees": trees,
+            "packing": method,
+            "lowering": "streams",
+        },
+    )
+
+
+def _streamed(
+    kind: Collective, edges: LogicalEdges, roots: list[int] | None
+) -> tuple[LogicalEdges, tuple[WeightedTree, ...], tuple[WeightedTree, ...], int, str] | None:
+    """``(edges, down-trees, up-trees, units, method)`` at the cut bound over the edges with
+    links of their own (:func:`~commflow.synth.boxes.dedicated_edges`): when those are all
+    the edges, ``k`` equal trees per root from :func:`~commflow.synth.forest.forest` (``units``:
+    the least common multiple of the two directions' ``k``), else the optimal fractional
+    packing (``units`` 1). ``None`` when there are no such edges or they fall short of the
+    bound. Reductions reuse the allgather trees turned round when those are at the bound the
+    other way (symmetric links)."""
+    own = dedicated_edges(edges)
+    if own is None:
+        return None
+    if len(own.src) == len(edges.src):
+        exact = _exact(kind, edges, roots)
+        if exact is not None:
+            return (edges, *exact, "forest")
+    down: tuple[WeightedTree, ...] = ()
+    up: tuple[WeightedTree, ...] = ()
+    if kind in DOWN:
+        down = _packed(own, edges, roots)
+        if down is None:
+            return None
+    if kind.reduces:
+        reverse = own.reversed()
+        full = edges.reversed()
+        if down and at_bound(reverse, down, _bound(full, roots)):
+            up = down
+        else:
+            up = _packed(reverse, full, roots)
+            if up is None:
+                return None
+    return own, down, up, 1, "columns"
+
+
+def _exact(
+    kind: Collective, edges: LogicalEdges, roots: list[int] | None
+) -> tuple[tuple[WeightedTree, ...], tuple[WeightedTree, ...], int] | None:
+    """Exact packings of equal trees (:func:`~commflow.synth.forest.forest` at the bound)
+    for the directions ``kind`` needs and the least common multiple of their tree counts;
+    ``None`` when a direction has none."""
+    exact = (Fraction(1),)
+    down: tuple[WeightedTree, ...] = ()
+    up: tuple[WeightedTree, ...] = ()
+    units = 1
+    found = None
+    if kind in DOWN:
+        found = forest(edges, roots, ratios=exact)
+        if found is None:
+            return None
+        down, units = found.trees, found.k
+    if kind.reduces:
+        reverse = edges.reversed()
+        back = None if found is None else mirror(found, reverse, roots)
+        back = back or forest(reverse, roots, ratios=exact)
+        if back is None:
+            return None
+        up, units = back.trees, math.lcm(units, back.k)
+    return down, up, units
+
+
+def _packed(
+    own: LogicalEdges, edges: LogicalEdges, roots: list[int] | None
+) -> tuple[WeightedTree, ...] | None:
+    """The optimal fractional packing over ``own`` when it reaches the cut bound of all of
+    ``edges``, else ``None``."""
+    try:
+        packing = pack_trees(own, roots)
+    except AlgorithmError:
+        return None
+    if packing.seconds_per_byte > _bound(edges, roots) * (1 + 1e-6):
+        return None
+    return packing.trees
+
+
+def _bound(edges: LogicalEdges, roots: list[int] | None) -> float:
+    """The cut bound in seconds per byte of each root's data."""
+    _, best = binding_cut(edges, list(range(edges.nranks)) if roots is None else roots)
+    return best.weight / float(best.bandwidth)

@@ -24,7 +24,7 @@ from fractions import Fraction
 import numpy as np
 
 from commflow.synth.forest import Forest, at_bound, binding_cut, forest
-from commflow.synth.links import LogicalEdges, logical_edges
+from commflow.synth.links import LogicalEdges, connected, logical_edges
 from commflow.synth.trees import WeightedTree, tree_seconds
 from commflow.topology.graph import Link, NodeKind, Topology, make_topology
 
@@ -77,6 +77,33 @@ def by_box(edges: LogicalEdges, most_trees: int) -> Forest | None:
     if not at_bound(edges, tuple(trees), bound):
         return None
     return Forest(tuple(trees), inner.k, 1.0, time.perf_counter() - start)
+
+
+def dedicated_edges(edges: LogicalEdges) -> LogicalEdges | None:
+    """The logical edges that have their links to themselves: direct rank-to-rank links,
+    and, in clusters of alike boxes, the edges through the network between ranks of the same
+    position in their boxes (one rail per rank, as NCCL's rail-aligned rings use). ``None``
+    when some link would carry two of them or no edge goes through the network between
+    boxes that need it (a box of NVSwitch: every edge shares its rank's switch port)."""
+    topology = edges.topology
+    n = topology.nranks
+    boxes = _alike_boxes(topology)
+    position = {}
+    for b, nodes in enumerate(boxes or []):
+        position.update({v: (b, i) for i, v in enumerate(v for v in nodes if v < n)})
+    load = edges.load.tocsr()
+    keep = []
+    for e, (u, v) in enumerate(zip(edges.src.tolist(), edges.dst.tolist(), strict=True)):
+        links = load.indices[load.indptr[e] : load.indptr[e + 1]].tolist()
+        direct = all(topology.links[i].src < n and topology.links[i].dst < n for i in links)
+        rail = bool(position) and position[u][0] != position[v][0]
+        rail = rail and position[u][1] == position[v][1]
+        if direct or rail:
+            keep.append(e)
+    own = edges.subset(np.array(keep, dtype=np.int64))
+    if not keep or (own.load.toarray() > 0).sum(axis=0).max() > 1 or not connected(own):
+        return None
+    return own
 
 
 def _entry_parents(ranks: list[list[int]], home: int, i: int, nranks: int) -> tuple[int, ...]:

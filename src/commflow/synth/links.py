@@ -46,6 +46,17 @@ class LogicalEdges:
         """Number of ranks."""
         return self.topology.nranks
 
+    def subset(self, keep: np.ndarray) -> LogicalEdges:
+        """The edges selected by ``keep`` (indices or a boolean mask), loads unchanged."""
+        return LogicalEdges(
+            self.topology,
+            self.src[keep],
+            self.dst[keep],
+            self.load[keep],
+            self.seconds[keep],
+            self.reverse,
+        )
+
     def reversed(self) -> LogicalEdges:
         """The same edges with ``src`` and ``dst`` swapped (loads unchanged): an out-tree of
         the reversed edges is an in-tree of the originals, as reductions need."""
@@ -87,13 +98,17 @@ def logical_edges(topology: Topology) -> LogicalEdges:
     return edges
 
 
-def _check_connected(edges: LogicalEdges) -> None:
+def connected(edges: LogicalEdges) -> bool:
+    """Whether every rank reaches every other rank along ``edges``."""
     from scipy.sparse.csgraph import connected_components
 
     n = edges.nranks
     adj = sp.csr_array((np.ones(len(edges.src)), (edges.src, edges.dst)), shape=(n, n))
-    count, _ = connected_components(adj, directed=True, connection="strong")
-    if count > 1:
+    return connected_components(adj, directed=True, connection="strong")[0] == 1
+
+
+def _check_connected(edges: LogicalEdges) -> None:
+    if not connected(edges):
         raise TopologyError(
             f"{edges.topology.name}: the ranks do not all reach each other; connect them"
         )

@@ -154,11 +154,11 @@ class _Template:
         return columns, dep_ptr, dep_idx
 
 
-_DOWN = (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE)
-_UP = (Collective.REDUCESCATTER, Collective.REDUCE, Collective.ALLREDUCE)
+DOWN = (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE)
+UP = (Collective.REDUCESCATTER, Collective.REDUCE, Collective.ALLREDUCE)
 
 
-def _refs(collective: Collective, block: int, k: int) -> tuple[Ref, Ref, Ref, Ref]:
+def chunk_refs(collective: Collective, block: int, k: int) -> tuple[Ref, Ref, Ref, Ref]:
     """``(input, partial, final, output)`` references of chunk ``k`` of the data of the root
     owning ``block`` (the root's first chunk in the rank-indexed buffers)."""
     i = block + k
@@ -192,7 +192,7 @@ def lower(
     ``AlgorithmError`` for alltoall, gather and scatter, or when a root lacks the trees its
     collective needs.
     """
-    if collective not in _DOWN + _UP:
+    if collective not in DOWN + UP:
         raise AlgorithmError(f"{name}: tree lowering does not implement {collective.value}")
     if units < 1 or pieces < 1:
         raise AlgorithmError(f"{name}: units and pieces must be >= 1, got {units}, {pieces}")
@@ -204,15 +204,15 @@ def lower(
     for r in roots:
         block = 0 if collective.rooted else r * chunks
         finals: dict[int, int] = {}
-        for u, tree in enumerate(_shares(_of(up, r, collective in _UP, name), units)):
-            data, partial, final, _ = _refs(collective, block, u * pieces)
+        for u, tree in enumerate(_shares(trees_of(up, r, collective in UP, name), units)):
+            data, partial, final, _ = chunk_refs(collective, block, u * pieces)
             for rank in range(nranks):
                 last = _up(builder, tree, rank, base, data, partial, final)
                 if last is not None:
                     finals[u] = last
             base += nranks
-        for u, tree in enumerate(_shares(_of(down, r, collective in _DOWN, name), units)):
-            data, _, final, dst = _refs(collective, block, u * pieces)
+        for u, tree in enumerate(_shares(trees_of(down, r, collective in DOWN, name), units)):
+            data, _, final, dst = chunk_refs(collective, block, u * pieces)
             deps = (finals[u],) if u in finals else ()
             for rank in range(nranks):
                 _down(builder, tree, rank, base, final if deps else data, dst, deps)
@@ -233,7 +233,9 @@ def lower(
     )
 
 
-def _of(trees: Sequence[WeightedTree], root: int, needed: bool, name: str) -> list[WeightedTree]:
+def trees_of(
+    trees: Sequence[WeightedTree], root: int, needed: bool, name: str
+) -> list[WeightedTree]:
     """``root``'s trees when the collective needs them (``AlgorithmError`` if there are none)."""
     if not needed:
         return []

@@ -1,0 +1,136 @@
+"""One stream per edge (:mod:`commflow.synth.streams`): programs of any weighted trees verify
+(keys never deadlock), chunks follow the weights, and synthesized programs on edges with links
+of their own reach the cut bound."""
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commflow import topology
+from commflow.collectives import Collective
+from commflow.errors import AlgorithmError
+from commflow.ir import Op, verify
+from commflow.sim import lower_bound, simulate
+from commflow.synth import WeightedTree, apportion, logical_edges, synthesize
+from commflow.synth.boxes import dedicated_edges
+from commflow.synth.streams import deal, lower_streams
+
+SIZE = 2**30
+_DOWN = (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE)
+DGX1 = topology.dgx1()
+EDGES = logical_edges(DGX1)
+
+
+def _tree(edges, root: int, rng) -> tuple[int, ...]:
+    """A random spanning out-tree of ``edges`` rooted at ``root``."""
+    parent = [-1] * edges.nranks
+    reached = {root}
+    arcs = list(zip(edges.src.tolist(), edges.dst.tolist(), strict=True))
+    while len(reached) < edges.nranks:
+        u, v = rng.choice([(u, v) for u, v in arcs if u in reached and v not in reached])
+        parent[v] = u
+        reached.add(v)
+    return tuple(parent)
+
+
+def _trees(edges, roots, rng, weights) -> list[WeightedTree]:
+    out = []
+    for r in roots:
+        share = weights[: rng.randint(1, len(weights))]
+        out += [WeightedTree(r, _tree(edges, r, rng), w / sum(share)) for w in share]
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.sampled_from(["allgather", "reducescatter", "allreduce", "broadcast", "reduce"]),
+    st.randoms(use_true_random=False),
+    st.lists(st.floats(0.05, 1.0), min_size=3, max_size=3),
+    st.integers(1, 7),
+    st.integers(0, 7),
+)
+def test_any_weighted_trees_give_a_program_that_verifies(collective, rng, weights, pieces, root):
+    kind = Collective(collective)
+    roots = [root] if kind.rooted else range(8)
+    down = _trees(EDGES, roots, rng, weights) if kind in _DOWN else []
+    up = _trees(EDGES.reversed(), roots, rng, weights) if kind.reduces else []
+    program = lower_streams(
+        kind, EDGES, down=down, up=up, pieces=pieces, name="t", root=root if kind.rooted else None
+    )
+    verify(program)  # postcondition, no deadlock, no data race
+    sends = program.table.op == int(Op.SEND)
+    channel = program.table.chan[sends]
+    assert np.array_equal(channel, program.table.part[sends] * 8 + program.table.peer[sends])
+
+
+@given(st.lists(st.floats(0.01, 1.0), min_size=1, max_size=6), st.integers(1, 200))
+def test_deal_gives_each_tree_its_share_spread_evenly(weights, pieces):
+    trees = [WeightedTree(0, (-1, 0), w) for w in weights]
+    owner = deal(trees, pieces)
+    counts = apportion(weights, pieces)
+    assert np.bincount(owner, minlength=len(weights)).tolist() == counts
+    for t, c in enumerate(counts):
+        where = np.flatnonzero(owner == t)
+        if not c:
+            continue
+        ideal = (np.arange(c) + 0.5) / c * pieces
+        assert np.abs(where + 0.5 - ideal).max() <= len(weights)
+
+
+def test_every_stream_is_one_edge_one_way():
+    program = synthesize("allreduce", DGX1, pieces=2)
+    t = program.table
+    assert dict(program.params)["lowering"] == "streams"
+    for part, chan in set(zip(t.part.tolist(), t.chan.tolist(), strict=True)):
+        on = (t.part == part) & (t.chan == chan)
+        ops = {Op(int(o)) for o in t.op[on]}
+        if chan == 64:  # local copies
+            assert ops == {Op.COPY}
+            continue
+        sender, receiver = divmod(chan, 8)
+        if part == sender:
+            assert ops == {Op.SEND} and set(t.peer[on].tolist()) == {receiver}
+        else:
+            assert part == receiver and ops <= {Op.RECV, Op.RECV_REDUCE}
+            assert set(t.peer[on].tolist()) == {sender}
+
+
+def test_dedicated_edges_are_direct_links_and_rails():
+    assert len(dedicated_edges(EDGES).src) == len(EDGES.src)  # DGX-1: NVLinks only
+    assert dedicated_edges(logical_edges(topology.load("dgx-a100x2"))) is None  # NVSwitch
+    cluster = topology.load("mi250x2")
+    own = dedicated_edges(logical_edges(cluster))
+    users = (own.load.toarray() > 0).sum(axis=0)
+    assert users.max() == 1
+    crossing = [(u, v) for u, v in zip(own.src.tolist(), own.dst.tolist(), strict=True)
+                if (u < 16) != (v < 16)]  # fmt: skip
+    assert sorted(crossing) == sorted([(i, i + 16) for i in range(16)] +
+                                      [(i + 16, i) for i in range(16)])  # fmt: skip
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
+def test_dgx1_programs_reach_99_percent_of_the_bound(collective):
+    program = synthesize(collective, DGX1)
+    params = dict(program.params)
+    assert params["lowering"] == "streams" and params["packing"] == "forest"
+    result = simulate(program, DGX1, SIZE, model="flow")
+    ratio = lower_bound(collective, DGX1, SIZE).time / result.time
+    assert 0.99 <= ratio <= 1 + 1e-9
+
+
+def test_switched_boxes_keep_the_shares_lowering():
+    params = dict(synthesize("allgather", topology.dgx_a100(), pieces=4).params)
+    assert "lowering" not in params or params["lowering"] != "streams"
+
+
+def test_bad_arguments_raise():
+    trees = [WeightedTree(r, _tree(EDGES, r, random.Random(r)), 1.0) for r in range(8)]
+    with pytest.raises(AlgorithmError, match="pieces"):
+        lower_streams(Collective.ALLGATHER, EDGES, down=trees, pieces=0, name="t")
+    with pytest.raises(AlgorithmError, match="alltoall"):
+        lower_streams(Collective.ALLTOALL, EDGES, down=trees, pieces=1, name="t")
+    with pytest.raises(AlgorithmError, match="root 3"):
+        lower_streams(Collective.ALLGATHER, EDGES, down=trees[:3], pieces=1, name="t")

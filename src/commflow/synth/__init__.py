@@ -7,7 +7,8 @@
   :mod:`~commflow.synth.boxes`: the same for clusters of alike boxes, composed from one box's.
 - :mod:`~commflow.synth.trees`: fractional spanning-tree packing by column generation
   (Blink), rounded to whole shares: the fallback.
-- :mod:`~commflow.synth.lower`: packings to programs.
+- :mod:`~commflow.synth.lower`: packings to programs, every share on channels of its own;
+  :mod:`~commflow.synth.streams`: one stream per edge (edges with links of their own).
 - :mod:`~commflow.synth.alltoall_lp`: alltoall by a multi-commodity flow LP.
 - :mod:`~commflow.synth.steps`: SCCL (steps, rounds, chunks) MILP and :func:`pareto`.
 - :mod:`~commflow.synth.balanced`: the fastest candidate at one size (``objective="balanced"``).
@@ -22,6 +23,7 @@ from commflow.synth.api import (
     MOST_STEPS,
     OBJECTIVES,
     PIECES_PER_LEVEL,
+    STREAM_PIECES,
     step_budget,
     synthesize,
 )
@@ -33,6 +35,7 @@ from commflow.synth.lower import lower
 from commflow.synth.rounding import apportion
 from commflow.synth.show import SchedulePicture, draw_schedule, schedule_picture
 from commflow.synth.steps import StepSchedule, pareto, schedule_program, solve_instance
+from commflow.synth.streams import lower_streams
 from commflow.synth.trees import TreePacking, WeightedTree, integral_shares, pack_trees
 
 __all__ = [
@@ -61,6 +64,7 @@ __all__ = [
     "MOST_STEPS",
     "step_budget",
     "PIECES_PER_LEVEL",
+    "STREAM_PIECES",
     "OBJECTIVES",
     "LogicalEdges",
     "TreePacking",
@@ -69,6 +73,7 @@ __all__ = [
     "integral_shares",
     "logical_edges",
     "lower",
+    "lower_streams",
     "pack_trees",
     "synthesize",
 ]

@@ -81,7 +81,10 @@ def synthesize(
 
     ``bandwidth``: spanning-tree packing (allgather, reducescatter, allreduce as RS + AG,
     broadcast, reduce; :mod:`commflow.synth.trees`), lowered with each root's data in equal
-    shares of ``pieces`` chunks (default: :data:`PIECES_PER_LEVEL` per tree level); alltoall by a
+    shares of ``pieces`` chunks (default: :data:`PIECES_PER_LEVEL` per tree level), or, where
+    the edges with links of their own reach the bound, with one stream per edge
+    (:mod:`commflow.synth.streams`; ``pieces`` chunks per tree of an exact packing, else per
+    root's data; default :data:`STREAM_PIECES` per root's data); alltoall by a
     multi-commodity flow LP (:mod:`commflow.synth.alltoall_lp`), ``pieces`` chunks per block
     (default :data:`ALLTOALL_CHUNKS`). ``latency`` (allgather): the SCCL step schedule with the
     fewest steps (:mod:`commflow.synth.steps`), each MILP given ``time_limit`` seconds

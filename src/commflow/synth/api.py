@@ -50,8 +50,8 @@ MOST_STEPS = 16_000_000
 STREAM_PIECES = 1024
 """Chunks per root's data a program with one stream per edge gets by default on up to 16
 ranks, times ``(nranks / 16)**2`` beyond (as :func:`step_budget`), within the step budget.
-MI250 (k = 3 trees per root): 99.4-99.6% of the bound at 1 GiB in the flow model in under
-0.5 s; MI250 x2 needs the 4,096 it gets (2,048: reduce-scatter 98.0%, 4,096: 98.2%)."""
+MI250 (3 trees per root): 99.6-99.7% of the bound at 1 GiB in the flow model, synthesized in
+under 1 s; MI250 x2 gains from the 4,032 it gets (reduce-scatter 98.1% with 1,024, 98.6%)."""
 
 MIN_PIECES = 128
 """Pieces per share the number of trees per root must leave room for within

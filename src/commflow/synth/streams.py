@@ -1,4 +1,4 @@
-"""Lowering weighted tree packings to one stream per edge, chunks in schedule order.
+"""Lowering weighted tree packings to one stream per edge, chunks in list-schedule order.
 
 :mod:`commflow.synth.lower` gives every share of a root's data channels of its own, so a link
 splits its bandwidth evenly between the shares on it (right when the shares are equal), but a
@@ -11,12 +11,13 @@ may be any reals:
 1. Each root's data is cut into ``pieces`` equal chunks, dealt to its trees by weight
    (:func:`~commflow.synth.rounding.apportion`) in stride order, so that every tree's chunks
    are spread evenly over the data (allreduce deals to its up-trees and its down-trees apart).
-2. Every step gets a schedule key: its chunk's position in the root's data (a fraction,
-   staggered per root) plus the expected delay of the hops before it, :data:`SLACK` times
-   the hop's time (one chunk at the edge's share of its busiest link, plus latency, at
-   ``size`` bytes) over the time of the whole packing.
-3. Every stream runs its steps in key order. Keys grow along every dependency, so the program
-   cannot deadlock, and a busy link's chunks arrive in about the order it sends them.
+2. The chunks are list-scheduled at ``size`` bytes (:mod:`commflow.synth.list_schedule`):
+   each edge sends one chunk at a time and never idles while a chunk waits for it, the
+   chunk earliest in its root's data first. A step's key is the time its hop arrives.
+3. Every stream runs its steps in key order and every rank reduces its children's partials
+   of a chunk in the order they arrive, so the program replays that schedule (exactly, on
+   links no other stream uses, as the flow model times them), and keys grow along every
+   dependency: the program cannot deadlock.
 
 Streams sharing a link get equal rates whatever their loads, and a stream short of its rate
 holds up every chunk behind it: :func:`~commflow.synth.api.synthesize` uses this lowering on
@@ -35,20 +36,14 @@ from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Op, Program, Ref, make_program
 from commflow.synth.links import LogicalEdges
+from commflow.synth.list_schedule import DOWN_HOP, UP_HOP, list_schedule
 from commflow.synth.lower import DOWN, UP, chunk_refs, trees_of
 from commflow.synth.rounding import apportion
 from commflow.synth.trees import WeightedTree
 
-SLACK = 6.0
-"""Hop delays in the schedule keys, in hop times. Queues at busy links make a hop take longer
-than one chunk's transfer, and a stream whose next chunk is late waits for it: MI250 x2
-allgather (4,000 pieces) reaches 84.7% of the bound with 2, 98.4% with 3 and 98.2% with 4."""
-
-LATENCY_SLACK = 2.0
-
 REFERENCE_SIZE = float(2**30)
-"""Bytes of the collective the hop latencies are weighed at by default (large messages,
-where the bandwidth objective matters)."""
+"""Bytes of the collective the chunks are scheduled at by default (large messages, where the
+bandwidth objective matters)."""
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 """Stagger of the roots' chunk positions (root ``r`` starts at ``r * _GOLDEN mod 1`` of a
@@ -72,8 +67,8 @@ def lower_streams(
 
     ``down`` are out-trees (broadcast, allgather, the second half of allreduce), ``up``
     in-trees given as out-trees of the reversed edges (reduce, reducescatter, the first half
-    of allreduce); a rooted collective uses the trees of ``root`` only. ``size`` (bytes of
-    the collective) weighs hop latency against chunk transfer in the schedule keys. Raises
+    of allreduce); a rooted collective uses the trees of ``root`` only. The chunks are
+    scheduled at ``size`` bytes of the collective (latency against transfer time). Raises
     ``AlgorithmError`` for alltoall, gather and scatter, ``pieces < 1``, or a root without
     the trees its collective needs.
     """
@@ -88,16 +83,11 @@ def lower_streams(
         ups = trees_of(up, r, collective in UP, name)
         downs = trees_of(down, r, collective in DOWN, name)
         dealt.append((r, ups, deal(ups, pieces), downs, deal(downs, pieces)))
-    counts = np.zeros((n, n))
-    for _, ups, up_of, downs, down_of in dealt:
-        _count(counts, ups, up_of, reverse=True)
-        _count(counts, downs, down_of, reverse=False)
     root_bytes = size if collective.rooted else size / n
-    hop = _hop_keys(edges, counts, root_bytes / pieces)
-    steps = _Steps(collective, n)
-    for r, ups, up_of, downs, down_of in dealt:
+    arrival = _schedule(edges, dealt, pieces, root_bytes / pieces)
+    steps = _Steps(collective, n, len(dealt) * pieces, arrival)
+    for i, (r, ups, up_of, downs, down_of) in enumerate(dealt):
         block = 0 if collective.rooted else r * pieces
-        position = (np.arange(pieces) + (r * _GOLDEN) % 1.0) / pieces
         pairs = np.column_stack((up_of, down_of))
         for pair in np.unique(pairs, axis=0):
             chunks = np.flatnonzero((pairs == pair).all(axis=1))
@@ -107,9 +97,8 @@ def lower_streams(
                 block,
                 None if u < 0 else Tree.from_parents(ups[u].parent),
                 None if d < 0 else Tree.from_parents(downs[d].parent),
-                hop,
                 chunks,
-                position[chunks],
+                i * pieces + chunks,
             )
     cf = pieces * n if collective is Collective.ALLREDUCE else pieces
     columns, dep_ptr, dep_idx = steps.columns()
@@ -137,51 +126,67 @@ def deal(trees: Sequence[WeightedTree], pieces: int) -> np.ndarray:
     return owner[np.argsort(marks, kind="stable")]
 
 
-def _count(counts: np.ndarray, trees: Sequence[WeightedTree], owner: np.ndarray, *,
-           reverse: bool) -> None:
-    """Add the chunks each tree edge carries to ``counts[u, v]`` (data moving ``u -> v``;
-    ``reverse``: in-trees, whose data moves from a rank to its parent)."""
-    dealt = np.bincount(owner[owner >= 0], minlength=len(trees))
-    for tree, chunks in zip(trees, dealt.tolist(), strict=True):
-        parent = np.asarray(tree.parent)
-        child = np.flatnonzero(parent >= 0)
-        if reverse:
-            counts[child, parent[child]] += chunks
-        else:
-            counts[parent[child], child] += chunks
-
-
-def _hop_keys(edges: LogicalEdges, counts: np.ndarray, chunk_bytes: float) -> np.ndarray:
-    """Key delay of a hop over each edge ``[u, v]``: :data:`SLACK` times (one chunk's time at
-    the edge's share of its busiest link + the edge's latency) over the time the busiest link
-    of all needs for its chunks. Links are shared by their edges in proportion to chunks."""
-    topology = edges.topology
-    load = edges.load.toarray()
-    bandwidth = np.array([link.bandwidth for link in topology.links])
-    latency = np.array([link.latency for link in topology.links])
-    on_edge = counts[edges.src, edges.dst]
-    link_seconds = (on_edge @ load) * chunk_bytes / bandwidth
-    total = float(link_seconds.max())
-    share = np.where(load > 0, link_seconds[None, :], 0.0).max(axis=1) / np.maximum(on_edge, 1)
-    hop = np.zeros((edges.nranks, edges.nranks))
-    if total > 0:
-        hop[edges.src, edges.dst] = (SLACK * share + LATENCY_SLACK * (load @ latency)) / total
-    return hop
+def _schedule(edges: LogicalEdges, dealt: list, pieces: int, chunk_bytes: float) -> np.ndarray:
+    """List-schedule every chunk of ``dealt`` (per root: ``(root, up-trees, their chunks,
+    down-trees, theirs)``) over ``edges`` at ``chunk_bytes`` bytes a chunk; the arrival of
+    every hop as :func:`~commflow.synth.list_schedule.list_schedule` gives it. Chunk ``c`` of
+    the ``i``-th root is instance ``i * pieces + c``, placed in its root's data at
+    ``(c + i * golden ratio mod 1) / pieces``."""
+    n = edges.nranks
+    ups = [t for _, trees, *_ in dealt for t in trees]
+    downs = [t for *_, trees, _ in dealt for t in trees]
+    up_parent = np.array([t.parent for t in ups] or np.zeros((0, n)), dtype=np.int64)
+    down_parent = np.array([t.parent for t in downs] or np.zeros((0, n)), dtype=np.int64)
+    roots, up_tree, down_tree, priority = [], [], [], []
+    up_base = down_base = 0
+    for i, (r, up_trees, up_of, down_trees, down_of) in enumerate(dealt):
+        roots.append(np.full(pieces, r))
+        up_tree.append(np.where(up_of >= 0, up_of + up_base, -1))
+        down_tree.append(np.where(down_of >= 0, down_of + down_base, -1))
+        priority.append((np.arange(pieces) + (i * _GOLDEN) % 1.0) / pieces)
+        up_base += len(up_trees)
+        down_base += len(down_trees)
+    up_tree, down_tree = np.concatenate(up_tree), np.concatenate(down_tree)
+    capacity = np.zeros(n * n, dtype=np.int64)
+    for tree_of, parent, reverse in ((up_tree, up_parent, True), (down_tree, down_parent, False)):
+        used = np.bincount(tree_of[tree_of >= 0], minlength=len(parent))
+        for t, count in enumerate(used.tolist()):
+            child = np.flatnonzero(parent[t] >= 0)
+            ids = child * n + parent[t][child] if reverse else parent[t][child] * n + child
+            capacity[ids] += count
+    seconds = edges.seconds.toarray().max(axis=1) * chunk_bytes
+    latency = edges.load @ np.array([link.latency for link in edges.topology.links])
+    dur = np.zeros(n * n)
+    lat = np.zeros(n * n)
+    dur[edges.src * n + edges.dst] = seconds
+    lat[edges.src * n + edges.dst] = latency
+    return list_schedule(
+        n,
+        np.concatenate(roots).astype(np.int64),
+        up_tree.astype(np.int64),
+        down_tree.astype(np.int64),
+        np.concatenate(priority),
+        up_parent,
+        down_parent,
+        dur,
+        lat,
+        capacity,
+    )
 
 
 class _Steps:
-    """Rows of every chunk's steps with their schedule keys and in-program dependencies."""
+    """Rows of every chunk's steps, the hop each send and receive belongs to (its key is the
+    hop's arrival), and in-program dependencies."""
 
-    def __init__(self, collective: Collective, nranks: int) -> None:
-        self.collective, self.n = collective, nranks
+    def __init__(self, collective: Collective, nranks: int, chunks: int, arrival: np.ndarray):
+        self.collective, self.n, self.chunks, self.arrival = collective, nranks, chunks, arrival
         self.copy_channel = nranks * nranks
-        self.blocks: list[tuple[np.ndarray, list[tuple[int, ...]], np.ndarray, np.ndarray,
-                                np.ndarray]] = []
+        self.blocks: list[tuple[np.ndarray, list[tuple[int, ...]], np.ndarray, np.ndarray]] = []
         self.rows: list[tuple[int, ...]] = []
         self.deps: list[tuple[int, ...]] = []
-        self.keys: list[float] = []
+        self.hops: list[int] = []
 
-    def _add(self, part, chan, op, peer, src: Ref | None, dst: Ref | None, deps, key) -> int:
+    def _add(self, part, chan, op, peer, src: Ref | None, dst: Ref | None, deps, hop) -> int:
         ref = src or dst
         self.rows.append((
             part, chan, int(op), peer,
@@ -190,91 +195,103 @@ class _Steps:
             ref.count,
         ))  # fmt: skip
         self.deps.append(tuple(deps))
-        self.keys.append(key)
+        self.hops.append(hop)
         return len(self.rows) - 1
 
+    def _arrivals(self, phase: int, rank: int, instances: np.ndarray) -> np.ndarray:
+        return self.arrival[(phase * self.chunks + instances) * self.n + rank]
+
     def tree_pair(
-        self,
-        r: int,
-        block: int,
-        up: Tree | None,
-        down: Tree | None,
-        hop: np.ndarray,
-        chunks: np.ndarray,
-        position: np.ndarray,
-    ) -> None:
-        """The steps of ``chunks`` (indices in root ``r``'s data, at ``position``) reduced
-        up ``up`` and/or sent down ``down``."""
-        self.rows, self.deps, self.keys = [], [], []
+        self, r: int, block: int, up: Tree | None, down: Tree | None, chunks: np.ndarray,
+        instances: np.ndarray,
+    ) -> None:  # fmt: skip
+        """The steps of ``chunks`` (indices in root ``r``'s data; scheduled as
+        ``instances``) reduced up ``up`` and/or sent down ``down``: one template per order
+        in which the ranks' children arrive."""
+        joins = [] if up is None else [v for v in range(self.n) if len(up.children[v]) > 1]
+        if not joins:
+            self._template(r, block, up, down, {}, chunks, instances)
+            return
+        firsts = [np.argsort(np.stack([self._arrivals(UP_HOP, c, instances)
+                                       for c in up.children[v]], axis=1), axis=1, kind="stable")
+                  for v in joins]  # fmt: skip
+        orders, group = np.unique(np.concatenate(firsts, axis=1), axis=0, return_inverse=True)
+        for g, order in enumerate(orders.tolist()):
+            pick = group.ravel() == g
+            children, at = {}, 0
+            for v in joins:
+                kids = up.children[v]
+                children[v] = [kids[i] for i in order[at : at + len(kids)]]
+                at += len(kids)
+            self._template(r, block, up, down, children, chunks[pick], instances[pick])
+
+    def _template(self, r, block, up, down, children, chunks, instances) -> None:
+        """Steps of ``chunks`` whose up-tree ranks take their children in the order of
+        ``children`` (rank -> children; others as the tree lists them)."""
+        self.rows, self.deps, self.hops = [], [], []
         data, partial, final, dst = chunk_refs(self.collective, block, 0)
         last: tuple[int, ...] = ()
-        start = 0.0
         if up is not None:
-            last, start = self._up(up, hop, data, partial, final)
+            last = self._up(up, children, data, partial, final)
         if down is not None:
-            self._down(down, hop, start, final if last else data, dst, last)
+            self._down(down, final if last else data, dst, last)
             if self.collective in (Collective.ALLGATHER, Collective.BROADCAST):
-                self._add(r, self.copy_channel, Op.COPY, -1, data, dst, (), start)
-        self.blocks.append((np.array(self.rows, dtype=np.int64), self.deps,
-                            np.array(self.keys), chunks, position))  # fmt: skip
+                self._add(r, self.copy_channel, Op.COPY, -1, data, dst, (), -1)
+        hops = np.array(self.hops, dtype=np.int64)
+        keys = np.zeros((len(chunks), len(hops)))
+        for row in np.flatnonzero(hops >= 0).tolist():
+            keys[:, row] = self._arrivals(*divmod(int(hops[row]), self.n), instances)
+        self.blocks.append((np.array(self.rows, dtype=np.int64), self.deps, keys, chunks))
 
-    def _up(self, tree: Tree, hop, data: Ref, partial: Ref, final: Ref):
-        """Reduce a chunk up ``tree``; ``(root's last step, its key)``."""
-        ready = _ready(tree, hop)
-        arrive = {v: ready[v] + hop[v, tree.parent[v]] for v in ready if v != tree.root}
+    def _up(self, tree: Tree, children, data: Ref, partial: Ref, final: Ref) -> tuple[int, ...]:
+        """Reduce a chunk up ``tree``, each rank taking its children in the order of
+        ``children``; the root's last step."""
+        n = self.n
         last: tuple[int, ...] = ()
-        for rank in range(self.n):
+        for rank in range(n):
             acc = final if rank == tree.root else partial
             deps: tuple[int, ...] = ()
             src = data
-            for child in sorted(tree.children[rank], key=arrive.__getitem__):
-                channel = child * self.n + rank
-                deps = (self._add(rank, channel, Op.RECV_REDUCE, child, src, acc, deps,
-                                  arrive[child]),)  # fmt: skip
+            for child in children.get(rank, tree.children[rank]):
+                deps = (self._add(rank, child * n + rank, Op.RECV_REDUCE, child, src, acc, deps,
+                                  UP_HOP * n + child),)  # fmt: skip
                 src = acc
             if rank != tree.root:
                 parent = tree.parent[rank]
-                self._add(rank, rank * self.n + parent, Op.SEND, parent, src, None, deps,
-                          arrive[rank])  # fmt: skip
+                self._add(rank, rank * n + parent, Op.SEND, parent, src, None, deps,
+                          UP_HOP * n + rank)  # fmt: skip
                 continue
             if src != acc:
-                deps = (self._add(rank, self.copy_channel, Op.COPY, -1, src, acc, deps,
-                                  ready[rank]),)  # fmt: skip
+                deps = (self._add(rank, self.copy_channel, Op.COPY, -1, src, acc, deps, -1),)
             last = deps
-        return last, ready[tree.root]
+        return last
 
-    def _down(self, tree: Tree, hop, start: float, src: Ref, dst: Ref, after) -> None:
-        """Broadcast a chunk down ``tree`` from its root's ``src`` (after ``after``), keys
-        from ``start``."""
-        sent = {tree.root: start}
-        frontier = [tree.root]
-        while frontier:
-            frontier = [c for v in frontier for c in tree.children[v]]
-            for c in frontier:
-                sent[c] = sent[tree.parent[c]] + hop[tree.parent[c], c]
-        for rank in range(self.n):
+    def _down(self, tree: Tree, src: Ref, dst: Ref, after) -> None:
+        """Broadcast a chunk down ``tree`` from its root's ``src`` (after ``after``)."""
+        n = self.n
+        for rank in range(n):
             deps, source = after, src
             if rank != tree.root:
                 parent = tree.parent[rank]
-                deps = (self._add(rank, parent * self.n + rank, Op.RECV, parent, None, dst, (),
-                                  sent[rank]),)  # fmt: skip
+                deps = (self._add(rank, parent * n + rank, Op.RECV, parent, None, dst, (),
+                                  DOWN_HOP * n + rank),)  # fmt: skip
                 source = dst
             for child in tree.children[rank]:
-                self._add(rank, rank * self.n + child, Op.SEND, child, source, None, deps,
-                          sent[child])  # fmt: skip
+                self._add(rank, rank * n + child, Op.SEND, child, source, None, deps,
+                          DOWN_HOP * n + child)  # fmt: skip
 
     def columns(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """Step columns sorted by ``(part, chan, key)`` and the CSR dependencies."""
         every, keys, counts, flat = [], [], [], []
         offset = 0
-        for rows, deps, key, chunks, position in self.blocks:
+        for rows, deps, key, chunks in self.blocks:
             m, c = len(rows), len(chunks)
             chunk = np.repeat(chunks, m)
             tiled = np.tile(rows, (c, 1))
             for col in (5, 7):
                 tiled[:, col] += np.where(tiled[:, col] >= 0, chunk, 0)
             every.append(tiled)
-            keys.append(np.repeat(position, m) + np.tile(key, c))
+            keys.append(key.ravel())
             per = np.array([len(d) for d in deps], dtype=np.int64)
             own = np.array([x for d in deps for x in d], dtype=np.int64)
             counts.append(np.tile(per, c))
@@ -296,15 +313,3 @@ class _Steps:
         seg = np.repeat(starts[order] - dep_ptr[:-1], per[order]) + np.arange(dep_ptr[-1])
         dep_idx = position[np.concatenate(flat)[seg]]
         return columns, dep_ptr, dep_idx
-
-
-def _ready(tree: Tree, hop: np.ndarray) -> dict[int, float]:
-    """Key at which each rank of in-tree ``tree`` sends its partial up: leaves at 0, a rank
-    one hop after its latest child (the root: when its total is complete)."""
-    order = [tree.root]
-    for v in order:
-        order.extend(tree.children[v])
-    ready: dict[int, float] = {}
-    for v in reversed(order):
-        ready[v] = max((ready[c] + hop[c, v] for c in tree.children[v]), default=0.0)
-    return ready

@@ -14,8 +14,9 @@ from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Op, verify
 from commflow.sim import lower_bound, simulate
-from commflow.synth import WeightedTree, apportion, logical_edges, synthesize
+from commflow.synth import WeightedTree, apportion, logical_edges, streams, synthesize
 from commflow.synth.boxes import dedicated_edges
+from commflow.synth.list_schedule import list_schedule
 from commflow.synth.streams import deal, lower_streams
 
 SIZE = 2**30
@@ -134,3 +135,48 @@ def test_bad_arguments_raise():
         lower_streams(Collective.ALLTOALL, EDGES, down=trees, pieces=1, name="t")
     with pytest.raises(AlgorithmError, match="root 3"):
         lower_streams(Collective.ALLGATHER, EDGES, down=trees[:3], pieces=1, name="t")
+
+
+def _line_schedule(up_parent, down_parent, priority, dur=1.0, lat=0.5):
+    n = 3
+    count = len(priority)
+    return list_schedule(
+        n,
+        np.zeros(count, dtype=np.int64),
+        np.zeros(count, dtype=np.int64) if len(up_parent) else np.full(count, -1),
+        np.zeros(count, dtype=np.int64) if len(down_parent) else np.full(count, -1),
+        np.array(priority),
+        np.array(up_parent, dtype=np.int64).reshape(-1, n),
+        np.array(down_parent, dtype=np.int64).reshape(-1, n),
+        np.full(n * n, dur),
+        np.full(n * n, lat),
+        np.full(n * n, 2 * count, dtype=np.int64),
+    )
+
+
+def test_list_schedule_pipelines_a_chain_one_chunk_per_edge_at_a_time():
+    arrival = _line_schedule([], [(-1, 0, 1)], [0.0, 0.5])  # 0 -> 1 -> 2, two chunks
+    down = arrival[: 2 * 3].reshape(2, 3)
+    # chunk 0: edge 0->1 sends during [0, 1], arrives 1.5; 1->2 sends [1.5, 2.5], arrives 3
+    # chunk 1: edge 0->1 sends [1, 2], arrives 2.5; 1->2 sends [2.5, 3.5], arrives 4
+    assert down.tolist() == [[-1.0, 1.5, 3.0], [-1.0, 2.5, 4.0]]
+
+
+def test_list_schedule_sends_down_once_every_partial_is_up():
+    arrival = _line_schedule([(-1, 0, 0)], [(-1, 0, 0)], [0.0])  # a star around rank 0
+    assert arrival[:3].tolist() == [-1.0, 3.0, 3.0]  # down: after both partials (1.5)
+    assert arrival[3:].tolist() == [-1.0, 1.5, 1.5]  # up, in parallel
+
+
+def test_programs_replay_their_list_schedule_exactly(monkeypatch):
+    seen = []
+
+    def spy(*args):
+        seen.append(list_schedule(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(streams, "list_schedule", spy)
+    for collective in ("allgather", "reducescatter", "allreduce"):
+        program = synthesize(collective, DGX1, pieces=16)
+        result = simulate(program, DGX1, streams.REFERENCE_SIZE, model="flow")
+        assert result.time == pytest.approx(seen[-1].max(), rel=1e-9)

@@ -49,9 +49,10 @@ MOST_STEPS = 16_000_000
 
 STREAM_PIECES = 1024
 """Chunks per root's data a program with one stream per edge gets by default on up to 16
-ranks, times ``(nranks / 16)**2`` beyond (as :func:`step_budget`), within the step budget.
-MI250 (3 trees per root): 99.6-99.7% of the bound at 1 GiB in the flow model, synthesized in
-under 1 s; MI250 x2 gains from the 4,032 it gets (reduce-scatter 98.1% with 1,024, 98.6%)."""
+ranks (half as many for allreduce, which moves each twice), times ``(nranks / 16)**2``
+beyond (as :func:`step_budget`), within the step budget. MI250 (3 trees per root):
+99.5-99.6% of the bound at 1 GiB in the flow model, synthesized in under 1 s; MI250 x2 gains
+from the 4,032 it gets (reduce-scatter 98.1% with 1,024, 98.6%)."""
 
 MIN_PIECES = 128
 """Pieces per share the number of trees per root must leave room for within
@@ -231,8 +232,9 @@ def _stream_program(
     n = topology.nranks
     if pieces is None:
         budget = step_budget(n)
-        most = min(budget // steps_per_piece(kind, n, 1), STREAM_PIECES * budget // MAX_STEPS)
-        pieces = max(1, most // units)
+        halves = 2 if kind is Collective.ALLREDUCE else 1
+        most = STREAM_PIECES * budget // MAX_STEPS // halves
+        pieces = max(1, min(budget // steps_per_piece(kind, n, 1), most) // units)
     trees = max(sum(t.root == r for t in down or up) for r in range(n))
     return lower_streams(
         kind,

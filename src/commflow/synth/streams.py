@@ -237,10 +237,9 @@ class _Steps:
             self._down(down, final if last else data, dst, last)
             if self.collective in (Collective.ALLGATHER, Collective.BROADCAST):
                 self._add(r, self.copy_channel, Op.COPY, -1, data, dst, (), -1)
-        hops = np.array(self.hops, dtype=np.int64)
-        keys = np.zeros((len(chunks), len(hops)))
-        for row in np.flatnonzero(hops >= 0).tolist():
-            keys[:, row] = self._arrivals(*divmod(int(hops[row]), self.n), instances)
+        phase, rank = np.divmod(np.array(self.hops, dtype=np.int64), self.n)
+        at = (phase[None, :] * self.chunks + instances[:, None]) * self.n + rank[None, :]
+        keys = np.where(phase[None, :] >= 0, self.arrival[np.maximum(at, 0)], 0.0)
         self.blocks.append((np.array(self.rows, dtype=np.int64), self.deps, keys, chunks))
 
     def _up(self, tree: Tree, children, data: Ref, partial: Ref, final: Ref) -> tuple[int, ...]:

@@ -47,7 +47,7 @@ bandwidth objective matters)."""
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 """Stagger of the roots' chunk positions (root ``r`` starts at ``r * _GOLDEN mod 1`` of a
-chunk), so that chunks of different roots rarely share a key."""
+chunk), so that chunks of different roots rarely tie for an edge in the list schedule."""
 
 
 def lower_streams(

@@ -148,11 +148,9 @@ def list_schedule(
                 continue
             if p != roots[c]:
                 e = p * n + up_parent[up_tree[c], p]
-                _push(queue_key, queue_hop, base[e], queued[e], priority[c],
-                      (UP_HOP * chunks + c) * n + p)  # fmt: skip
-                queued[e] += 1
-                events = _start(e, now, queue_key, queue_hop, base, queued, busy, event_key,
-                                event_item, events, dur, lat)  # fmt: skip
+                events = _offer(e, priority[c], (UP_HOP * chunks + c) * n + p, now, queue_key,
+                                queue_hop, base, queued, busy, event_key, event_item, events,
+                                dur, lat)  # fmt: skip
                 continue
             if down_tree[c] < 0:
                 continue
@@ -160,12 +158,9 @@ def list_schedule(
         t = down_tree[c]
         for k in range(kids[t, v], kids[t, v + 1]):
             w = order[t, k]
-            e = v * n + w
-            _push(queue_key, queue_hop, base[e], queued[e], priority[c],
-                  (DOWN_HOP * chunks + c) * n + w)  # fmt: skip
-            queued[e] += 1
-            events = _start(e, now, queue_key, queue_hop, base, queued, busy, event_key,
-                            event_item, events, dur, lat)  # fmt: skip
+            events = _offer(v * n + w, priority[c], (DOWN_HOP * chunks + c) * n + w, now,
+                            queue_key, queue_hop, base, queued, busy, event_key, event_item,
+                            events, dur, lat)  # fmt: skip
     return arrival
 
 
@@ -182,3 +177,14 @@ def _start(e, now, queue_key, queue_hop, base, queued, busy, event_key, event_it
     _push(event_key, event_item, 0, events, now + dur[e], -1 - e)
     _push(event_key, event_item, 0, events + 1, now + dur[e] + lat[e], hop)
     return events + 2
+
+
+@njit(cache=True, nogil=True)
+def _offer(e, key, hop, now, queue_key, queue_hop, base, queued, busy, event_key, event_item,
+           events, dur, lat) -> int:  # fmt: skip
+    """Queue ``hop`` (priority ``key``) on edge ``e`` at ``now`` and start the edge if it is
+    free; returns the event count."""
+    _push(queue_key, queue_hop, base[e], queued[e], key, hop)
+    queued[e] += 1
+    return _start(e, now, queue_key, queue_hop, base, queued, busy, event_key, event_item, events,
+                  dur, lat)  # fmt: skip

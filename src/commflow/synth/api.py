@@ -49,8 +49,9 @@ MOST_STEPS = 16_000_000
 
 STREAM_PIECES = 1024
 """Chunks per root's data a program with one stream per edge gets by default on up to 16
-ranks (half as many for allreduce, which moves each twice), times ``(nranks / 16)**2``
-beyond (as :func:`step_budget`), within the step budget. MI250 (3 trees per root):
+ranks (half as many for allreduce, which moves each twice; ``nranks`` times as many for
+broadcast and reduce, whose one root carries them all), times ``(nranks / 16)**2`` beyond
+(as :func:`step_budget`), within the step budget. MI250 (3 trees per root):
 99.5-99.6% of the bound at 1 GiB in the flow model, synthesized in under 1 s; MI250 x2 gains
 from the 4,032 it gets (reduce-scatter 98.1% with 1,024, 98.6%)."""
 
@@ -233,7 +234,8 @@ def _stream_program(
     if pieces is None:
         budget = step_budget(n)
         halves = 2 if kind is Collective.ALLREDUCE else 1
-        most = STREAM_PIECES * budget // MAX_STEPS // halves
+        shares = n if kind.rooted else 1  # one root's data in as many chunks as all ranks'
+        most = STREAM_PIECES * shares * budget // MAX_STEPS // halves
         pieces = max(1, min(budget // steps_per_piece(kind, n, 1), most) // units)
     trees = max(sum(t.root == r for t in down or up) for r in range(n))
     return lower_streams(

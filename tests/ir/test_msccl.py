@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 import commflow.algorithms as algorithms
+from commflow import topology
 from commflow.collectives import Collective, Element, postcondition, precondition
 from commflow.errors import AlgorithmError, ProgramError
 from commflow.ir import Program, ProgramBuilder, inp, make_program, out, scr, to_msccl_xml
+from commflow.synth import synthesize
 
 from .programs import ring_allgather, ring_allreduce, two_channel_allgather
 from .test_serialize import scratch_allgather, switch_reduce
@@ -54,7 +56,8 @@ def check_structure(program: Program, algo: ET.Element) -> None:
     """The rules MSCCL's XML parser enforces, plus agreement with the program."""
     t = program.table
     assert int(algo.get("ngpus")) == program.nranks
-    assert int(algo.get("nchannels")) == int(t.chan.max()) + 1
+    channels = [int(tb.get("chan")) for tb in algo.iter("tb")]
+    assert int(algo.get("nchannels")) == max(channels) + 1 <= int(t.chan.max()) + 1
     rooted_blocks = program.collective in (Collective.GATHER, Collective.SCATTER)
     per_loop = program.chunk_factor if rooted_blocks else max(program.expected_buffers())
     assert int(algo.get("nchunksperloop")) == per_loop
@@ -226,7 +229,17 @@ def test_extra_dependencies_become_nops_before_the_step():
     assert copy_.get("type") == "cpy" and copy_.get("s") == "1"
     waited = {(nop.get("depid"), nop.get("deps")), (copy_.get("depid"), copy_.get("deps"))}
     chans = {gpu.findall("tb")[int(d)].get("chan") for d, _ in waited}
-    assert len(waited) == 2 and chans == {"1", "2"}
+    assert len(waited) == 2 and chans == {"0", "1"}  # channels 1 and 2, renumbered per pair
+
+
+def test_channels_are_numbered_per_connection_within_msccls_32():
+    program = synthesize("allreduce", topology.dgx1(), pieces=2)  # channels u * 8 + v
+    assert int(program.table.chan.max()) >= 32
+    algo = parse(to_msccl_xml(program))
+    check_structure(program, algo)
+    assert algo.get("nchannels") == "1"  # one stream per edge: one channel per connection
+    for seed in range(3):
+        run_xml(program, algo, seed)
 
 
 def test_collective_names_per_runtime():

@@ -3,13 +3,16 @@
 MSCCL runs each threadblock (``tb``) as a sequence of steps with at most one send peer and one
 receive peer, on one channel, and each connection ``(peer, channel)`` belongs to one
 threadblock per direction. A commflow channel may talk to several peers, so each channel ``c``
-of a rank is split into threadblocks (``chan=c``): one per send peer and receive peer, except
+of a rank is split into threadblocks: one per send peer and receive peer, except
 that a send peer and a receive peer whose steps follow each other share one (``send=q
 recv=q'``), so a ring's channel stays one threadblock. A local step (copy, reduce) joins the
 threadblock of the step before it in its channel; local steps that open a channel join the
 threadblock of its first send or receive, and a channel without any gets a local threadblock
 (``send=-1 recv=-1``). Threadblock ids follow MSCCL's order: by send peer, receive peer,
-channel.
+channel. Channels are numbered per connection (the ``k``-th commflow channel from one rank to
+another is channel ``k`` at both ends), so a program with thousands of commflow channels
+(one per tree share, or one per edge) fits MSCCL's 32 when no pair of ranks uses more; a
+threadblock that sends and receives on channels numbered apart keeps the commflow numbers.
 
 Order is kept with MSCCL dependencies: a step depends on the previous step of its commflow
 channel when that step lives in another threadblock, and on each explicit dependency; a
@@ -109,15 +112,16 @@ def to_msccl_xml(program: Program, *, runtime: Runtime = "msccl", proto: str = "
             f"{program.name}: the {runtime} runtime has no "
             f"{program.collective.value} collective; try runtime={other!r}"
         )
-    t = program.table
+    writer = _Writer(program)
+    gpus = writer.gpus()
     lines = [
         f'<algo name={quoteattr(program.name)} proto="{proto}" '
-        f'nchannels="{int(t.chan.max()) + 1 if len(t) else 1}" '
+        f'nchannels="{writer.nchannels}" '
         f'nchunksperloop="{_chunks_per_loop(program)}" ngpus="{program.nranks}" '
-        f'coll="{coll}" inplace="0" outofplace="1" minBytes="0" maxBytes="{_MAX_BYTES}">'
+        f'coll="{coll}" inplace="0" outofplace="1" minBytes="0" maxBytes="{_MAX_BYTES}">',
+        *gpus,
+        "</algo>\n",
     ]
-    _Writer(program).write(lines)
-    lines.append("</algo>\n")
     return "\n".join(lines)
 
 
@@ -148,22 +152,55 @@ class _Writer:
                 self.receiver[s] = r
         self.tb_of = [0] * len(t)
         self.slot = [0] * len(t)
+        self.nchannels = 1
 
-    def write(self, lines: list[str]) -> None:
-        """Append the ``<gpu>`` elements, one line per element, to ``lines``."""
+    def gpus(self) -> list[str]:
+        """The ``<gpu>`` elements, one line per element; sets :attr:`nchannels`."""
         starts = self.program.table.channel_starts.tolist()
         first_group = 0
-        for rank, part in enumerate(self.program.participants):
+        ranks = []
+        for rank in range(len(self.program.participants)):
             groups = []
             while first_group < len(starts) - 1 and self.part[starts[first_group]] == rank:
                 groups.append(range(starts[first_group], starts[first_group + 1]))
                 first_group += 1
+            ranks.append(self._threadblocks(groups))
+        self._number_channels(ranks)
+        lines: list[str] = []
+        for rank, (part, tbs) in enumerate(zip(self.program.participants, ranks, strict=True)):
             lines.append(
                 f'  <gpu id="{rank}" i_chunks="{part.input_chunks}" '
                 f'o_chunks="{part.output_chunks}" s_chunks="{part.scratch_chunks}">'
             )
-            self._emit(lines, self._threadblocks(groups))
+            self._emit(lines, tbs)
             lines.append("  </gpu>")
+        return lines
+
+    def _number_channels(self, ranks: list[list[_Threadblock]]) -> None:
+        """Renumber the threadblocks' channels connection by connection: the ``k``-th commflow
+        channel a rank sends to a peer on becomes channel ``k`` at both ends (MSCCL has 32),
+        local threadblocks channel 0. Kept as they are when a threadblock that both sends and
+        receives would get two numbers; sets :attr:`nchannels`."""
+        used: dict[tuple[int, int], set[int]] = {}
+        for i, op in enumerate(self.op):
+            if op == Op.SEND:
+                used.setdefault((self.part[i], self.peer[i]), set()).add(self.chan[i])
+        index = {pair: {c: k for k, c in enumerate(sorted(cs))} for pair, cs in used.items()}
+        numbers = []
+        for rank, tbs in enumerate(ranks):
+            for tb in tbs:
+                ends = set()
+                if tb.send >= 0:
+                    ends.add(index[(rank, tb.send)][tb.chan])
+                if tb.recv >= 0:
+                    ends.add(index[(tb.recv, rank)][tb.chan])
+                numbers.append(ends or {0})
+        if all(len(ends) == 1 for ends in numbers):
+            flat = iter(numbers)
+            for tbs in ranks:
+                for tb in tbs:
+                    tb.chan = next(iter(next(flat)))
+        self.nchannels = max((tb.chan for tbs in ranks for tb in tbs), default=0) + 1
 
     def _threadblocks(self, groups: list[range]) -> list[_Threadblock]:
         """Assign each step of one rank to a threadblock, then number them MSCCL's way."""

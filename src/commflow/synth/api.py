@@ -12,7 +12,7 @@ from commflow.ir import Program
 from commflow.synth.alltoall_lp import alltoall_flow, alltoall_program
 from commflow.synth.balanced import balanced
 from commflow.synth.boxes import by_box, dedicated_edges
-from commflow.synth.forest import Forest, at_bound, binding_cut, forest, mirror
+from commflow.synth.forest import Forest, at_bound, cut_bound, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import DOWN, depth, lower, steps_per_piece
 from commflow.synth.steps import pareto, schedule_program
@@ -283,7 +283,7 @@ def _streamed(
     if kind.reduces:
         reverse = own.reversed()
         full = edges.reversed()
-        if down and at_bound(reverse, down, _bound(full, roots)):
+        if down and at_bound(reverse, down, cut_bound(full, roots)):
             up = down
         else:
             up = _packed(reverse, full, roots)
@@ -327,12 +327,7 @@ def _packed(
         packing = pack_trees(own, roots)
     except AlgorithmError:
         return None
-    if packing.seconds_per_byte > _bound(edges, roots) * (1 + 1e-6):
+    if packing.seconds_per_byte > cut_bound(edges, roots) * (1 + 1e-6):
         return None
     return packing.trees
 
-
-def _bound(edges: LogicalEdges, roots: list[int] | None) -> float:
-    """The cut bound in seconds per byte of each root's data."""
-    _, best = binding_cut(edges, list(range(edges.nranks)) if roots is None else roots)
-    return best.weight / float(best.bandwidth)

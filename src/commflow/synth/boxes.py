@@ -23,7 +23,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from commflow.synth.forest import Forest, at_bound, binding_cut, forest
+from commflow.synth.forest import Forest, at_bound, cut_bound, forest
 from commflow.synth.links import LogicalEdges, connected, logical_edges
 from commflow.synth.trees import WeightedTree, tree_seconds
 from commflow.topology.graph import Link, NodeKind, Topology, make_topology
@@ -50,16 +50,14 @@ def by_box(edges: LogicalEdges, most_trees: int) -> Forest | None:
     spent = tree_seconds(edges, entries)
     if spent is None:
         return None
-    _, best = binding_cut(edges, list(range(topology.nranks)))
-    bound = best.weight / float(best.bandwidth)
+    bound = cut_bound(edges)
     left = [1 - Fraction(s / bound).limit_denominator(DENOMINATOR) for s in spent]
     if min(left) < 0:
         return None
     box, scale = _box_topology(topology, boxes[0], left)
     inner_edges = logical_edges(box)
     inner_edges = inner_edges.reversed() if edges.reverse else inner_edges
-    _, inner_best = binding_cut(inner_edges, list(range(box.nranks)))
-    if len(boxes) * scale * inner_best.weight / float(inner_best.bandwidth) > bound * (1 + 1e-9):
+    if len(boxes) * scale * cut_bound(inner_edges) > bound * (1 + 1e-9):
         return None  # a box's trees carry every box's roots: B times the cluster's rate
     inner = forest(inner_edges, most_trees=most_trees, ratios=(Fraction(1),))
     if inner is None:

@@ -109,11 +109,16 @@ def mirror(found: Forest, edges: LogicalEdges, roots: list[int] | None = None) -
     ``edges`` (the opposite direction), they are as close to that direction's cut bound as
     ``found`` is to its own: on topologies whose links are symmetric, reductions reuse the
     allgather trees this way. ``None`` otherwise."""
-    roots = list(range(edges.nranks)) if roots is None else roots
-    _, best = binding_cut(edges, roots)
-    if at_bound(edges, found.trees, best.weight / float(best.bandwidth) * found.ratio):
+    if at_bound(edges, found.trees, cut_bound(edges, roots) * found.ratio):
         return found
     return None
+
+
+def cut_bound(edges: LogicalEdges, roots: list[int] | None = None) -> float:
+    """The cut bound of ``edges``' direction for ``roots`` (default: every rank), in seconds
+    per byte of each root's data."""
+    _, best = binding_cut(edges, list(range(edges.nranks)) if roots is None else roots)
+    return best.weight / float(best.bandwidth)
 
 
 def binding_cut(edges: LogicalEdges, roots: list[int]) -> tuple[FlowNetwork, RatioCut]:

@@ -95,6 +95,20 @@ def _shares(trees: Sequence[WeightedTree], units: int) -> list[Tree]:
     ]
 
 
+def step_row(
+    part: int, chan: int, op: Op, peer: int, src: Ref | None, dst: Ref | None
+) -> tuple[int, ...]:
+    """One step as the ``make_program`` columns ``part, chan, op, peer, src_buf, src_off,
+    dst_buf, dst_off, count`` (-1 for a missing reference)."""
+    ref = src or dst
+    return (
+        part, chan, int(op), peer,
+        -1 if src is None else int(src.buffer), -1 if src is None else src.index,
+        -1 if dst is None else int(dst.buffer), -1 if dst is None else dst.index,
+        ref.count,
+    )  # fmt: skip
+
+
 class _Template:
     """The steps of piece 0 of every share, recorded as rows with in-template dependencies
     (the ``ProgramBuilder`` methods the tree phases use); :meth:`columns` repeats them for
@@ -105,13 +119,7 @@ class _Template:
         self.deps: list[tuple[int, ...]] = []
 
     def _add(self, part, chan, op, peer, src, dst, deps) -> int:
-        ref = src or dst
-        self.rows.append((
-            part, chan, int(op), peer,
-            -1 if src is None else int(src.buffer), -1 if src is None else src.index,
-            -1 if dst is None else int(dst.buffer), -1 if dst is None else dst.index,
-            ref.count,
-        ))  # fmt: skip
+        self.rows.append(step_row(part, chan, op, peer, src, dst))
         self.deps.append(tuple(deps))
         return len(self.rows) - 1
 

@@ -37,7 +37,7 @@ from commflow.errors import AlgorithmError
 from commflow.ir import Op, Program, Ref, make_program
 from commflow.synth.links import LogicalEdges
 from commflow.synth.list_schedule import DOWN_HOP, UP_HOP, list_schedule
-from commflow.synth.lower import DOWN, UP, chunk_refs, trees_of
+from commflow.synth.lower import DOWN, UP, chunk_refs, step_row, trees_of
 from commflow.synth.rounding import apportion
 from commflow.synth.trees import WeightedTree
 
@@ -187,13 +187,7 @@ class _Steps:
         self.hops: list[int] = []
 
     def _add(self, part, chan, op, peer, src: Ref | None, dst: Ref | None, deps, hop) -> int:
-        ref = src or dst
-        self.rows.append((
-            part, chan, int(op), peer,
-            -1 if src is None else int(src.buffer), -1 if src is None else src.index,
-            -1 if dst is None else int(dst.buffer), -1 if dst is None else dst.index,
-            ref.count,
-        ))  # fmt: skip
+        self.rows.append(step_row(part, chan, op, peer, src, dst))
         self.deps.append(tuple(deps))
         self.hops.append(hop)
         return len(self.rows) - 1

@@ -99,14 +99,26 @@ def test_verify_of_malformed_file_names_the_field(commflow, program_file):
     assert "unknown op 'sned'" in run.stderr
 
 
-@pytest.mark.parametrize("runtime", ["msccl", "rccl"])
-def test_export_writes_msccl_xml(commflow, program_file, tmp_path, runtime):
+@pytest.mark.parametrize("target", ["msccl", "msccl-executor", "rccl"])
+def test_export_writes_msccl_xml(commflow, program_file, tmp_path, target):
     xml = tmp_path / "out.xml"
-    run = commflow("export", str(program_file), "--xml", str(xml), "--runtime", runtime)
-    assert run.code == 0 and f"as MSCCL XML ({runtime})" in run.stdout
+    run = commflow("export", str(program_file), "--xml", str(xml), "--target", target,
+                   "--max-bytes", "64M")
+    assert run.code == 0 and f"as MSCCL XML ({target})" in run.stdout
     program = load_program(program_file)
-    assert xml.read_text() == to_msccl_xml(program, runtime=runtime)
+    assert xml.read_text() == to_msccl_xml(program, target, max_bytes=64 << 20)
     assert ET.fromstring(xml.read_text()).get("ngpus") == "8"
+
+
+def test_export_refuses_a_program_that_hangs_on_the_target(commflow, tmp_path):
+    program_file = tmp_path / "ring.json"
+    assert commflow("build", "allreduce", "--algo", "ring", "-n", "4", "--chunks", "3",
+                    "-o", str(program_file)).code == 0
+    run = commflow("export", str(program_file), "--xml", str(tmp_path / "o.xml"))
+    assert run.code == 2 and "deadlock on msccl (Simple, 8 slots per connection" in run.stderr
+    assert not (tmp_path / "o.xml").exists()
+    run = commflow("export", str(program_file), "--xml", str(tmp_path / "o.xml"), "--proto", "LL")
+    assert run.code == 0
 
 
 def test_export_bad_protocol(commflow, program_file, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 import commflow.algorithms as algorithms
 from commflow import topology
 from commflow.collectives import Collective, Element, postcondition, precondition
-from commflow.errors import AlgorithmError, ProgramError
+from commflow.errors import AlgorithmError, ProgramError, VerificationError
 from commflow.ir import Program, ProgramBuilder, inp, make_program, out, scr, to_msccl_xml
 from commflow.synth import synthesize
 
@@ -61,7 +61,8 @@ def check_structure(program: Program, algo: ET.Element) -> None:
     rooted_blocks = program.collective in (Collective.GATHER, Collective.SCATTER)
     per_loop = program.chunk_factor if rooted_blocks else max(program.expected_buffers())
     assert int(algo.get("nchunksperloop")) == per_loop
-    assert (algo.get("proto"), algo.get("inplace"), algo.get("outofplace")) == ("Simple", "0", "1")
+    assert algo.get("proto") in ("Simple", "LL", "LL128")
+    assert (algo.get("inplace"), algo.get("outofplace")) == ("0", "1")
     gpus = algo.findall("gpu")
     assert [int(g.get("id")) for g in gpus] == list(range(program.nranks))
     for rank, gpu in enumerate(gpus):
@@ -79,10 +80,10 @@ def check_structure(program: Program, algo: ET.Element) -> None:
             assert [int(s.get("s")) for s in steps] == list(range(len(steps)))
             for step in steps:
                 kind = step.get("type")
-                assert kind in ("s", "r", "rrc", "cpy", "re", "nop")
-                if kind == "s":
+                assert kind in ("s", "r", "rrc", "rcs", "rrcs", "cpy", "re", "nop")
+                if kind in ("s", "rcs", "rrcs"):
                     assert int(tb.get("send")) >= 0
-                if kind in ("r", "rrc"):
+                if kind in ("r", "rrc", "rcs", "rrcs"):
                     assert int(tb.get("recv")) >= 0
                 depid, deps = int(step.get("depid")), int(step.get("deps"))
                 if depid >= 0:
@@ -91,13 +92,16 @@ def check_structure(program: Program, algo: ET.Element) -> None:
                     assert depid != int(tb.get("id"))
                 else:
                     assert deps == -1 and kind != "nop"
-                non_nop += kind != "nop"
+                non_nop += (kind != "nop") + (kind in ("rcs", "rrcs"))
         assert non_nop == int(np.sum(t.part == rank))
 
 
-def run_xml(program: Program, algo: ET.Element, seed: int) -> None:
+def run_xml(program: Program, algo: ET.Element, seed: int, slots: int | None = 8) -> None:
     """Execute the XML as MSCCL would, in a random interleaving of threadblocks; assert that
-    it finishes and leaves the collective's postcondition in every output buffer."""
+    it finishes and leaves the collective's postcondition in every output buffer.
+
+    A connection holds ``slots`` slots (``None``: unbounded) and a chunk takes 4 (MSCCL's
+    Simple protocol): a send waits until its message fits, or the connection is empty."""
     n, cf, root = program.nranks, program.chunk_factor, program.root
     mem: dict[tuple[int, str, int], Element] = dict(precondition(program.collective, n, cf, root))
     tbs = [(rank, tb) for rank, gpu in enumerate(algo.findall("gpu")) for tb in gpu.findall("tb")]
@@ -128,26 +132,33 @@ def run_xml(program: Program, algo: ET.Element, seed: int) -> None:
         kind, cnt, chan = st.get("type"), int(st.get("cnt")), int(tb.get("chan"))
         sb, so = st.get("srcbuf"), int(st.get("srcoff"))
         db, do = st.get("dstbuf"), int(st.get("dstoff"))
-        if kind in ("r", "rrc"):
+        out_queue = fifo[(rank, int(tb.get("send")), chan)]
+        if kind in ("s", "rcs", "rrcs") and slots is not None and out_queue:
+            held = sum(4 * len(m) for m in out_queue)
+            if held + 4 * cnt > slots:
+                return False
+        if kind in ("r", "rrc", "rcs", "rrcs"):
             queue = fifo[(int(tb.get("recv")), rank, chan)]
             if not queue:
                 return False
             message = queue.popleft()
             assert len(message) == cnt
         if kind == "s":
-            fifo[(rank, int(tb.get("send")), chan)].append(read(rank, sb, so, cnt))
-        elif kind == "r":
+            out_queue.append(read(rank, sb, so, cnt))
+        elif kind in ("r", "rcs"):
             result = message
-        elif kind == "rrc":
+        elif kind in ("rrc", "rrcs"):
             result = [combine(a, b) for a, b in zip(read(rank, sb, so, cnt), message, strict=True)]
         elif kind == "cpy":
             result = read(rank, sb, so, cnt)
         elif kind == "re":
             pairs = zip(read(rank, db, do, cnt), read(rank, sb, so, cnt), strict=True)
             result = [combine(a, b) for a, b in pairs]
-        if kind in ("r", "rrc", "cpy", "re"):
+        if kind in ("r", "rrc", "rcs", "rrcs", "cpy", "re"):
             for j, value in enumerate(result):
                 mem[(rank, BUFFERS[db], do + j)] = value
+        if kind in ("rcs", "rrcs"):
+            out_queue.append(result)
         if st.get("hasdep") == "1":
             flag[k] = int(st.get("s"))
         pc[k] += 1
@@ -184,16 +195,75 @@ def test_hand_written_programs_export_and_run(program):
 
 @pytest.mark.parametrize("nranks", [4, 6, 8])
 def test_registered_algorithms_export_and_run(nranks):
+    """Every registered program either exports and runs with MSCCL's bounded connections, or
+    is refused because its sends would block each other there (and then runs unbounded)."""
     programs = [*registered(nranks), *registered(nranks, chunks=2, channels=2)]
     assert len(programs) >= 8
+    refused = 0
     for program in programs:
-        runtime = (
-            "rccl" if program.collective in (Collective.GATHER, Collective.SCATTER) else "msccl"
-        )
-        algo = parse(to_msccl_xml(program, runtime=runtime))
+        target = "rccl" if program.collective in (Collective.GATHER, Collective.SCATTER) \
+            else "msccl"
+        try:
+            algo = parse(to_msccl_xml(program, target))
+        except VerificationError as error:
+            assert "deadlock on " + target in str(error)
+            refused += 1
+            algo = parse(to_msccl_xml(program, target, proto="LL"))
+            for seed in range(2):
+                run_xml(program, algo, seed, slots=None)
+            continue
         check_structure(program, algo)
         for seed in range(2):
             run_xml(program, algo, seed)
+    assert refused < len(programs) / 2
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3, 4])
+def test_bounded_slots_refuse_a_ring_with_three_chunks_in_flight(chunks):
+    """Simple protocol: two chunks fit in a connection; a ring posting 3+ sends before its
+    first receive hangs. The LL export (8 in flight) runs, but not with Simple's slots."""
+    program = algorithms.build("allreduce", "ring", 8, chunks=chunks)
+    if chunks <= 2:
+        run_xml(program, parse(to_msccl_xml(program)), seed=0, slots=8)
+        return
+    with pytest.raises(VerificationError, match="deadlock on msccl .Simple, 8 slots"):
+        to_msccl_xml(program)
+    algo = parse(to_msccl_xml(program, proto="LL"))
+    run_xml(program, algo, seed=0, slots=None)
+    with pytest.raises(AssertionError, match="deadlock at"):
+        run_xml(program, algo, seed=0, slots=8)
+
+
+def test_fused_steps_halve_a_ring_allreduce():
+    """15 steps per threadblock on 8 ranks, as msccl-tools emits (s, 7 rrcs, 6 rcs, r)."""
+    algo = parse(to_msccl_xml(algorithms.build("allreduce", "ring", 8)))
+    for gpu in algo.findall("gpu"):
+        (tb,) = gpu.findall("tb")
+        kinds = [step.get("type") for step in tb.findall("step")]
+        assert kinds == ["s"] + ["rrcs"] * 7 + ["rcs"] * 6 + ["r"]
+
+
+def test_size_range_and_root():
+    program = algorithms.build("broadcast", "binomial_tree", 4, root=1)
+    with pytest.raises(ProgramError, match="carries no root"):
+        to_msccl_xml(program, "rccl")
+    algo = parse(to_msccl_xml(algorithms.build("broadcast", "binomial_tree", 4, root=0), "rccl",
+                              min_bytes=1024, max_bytes=1 << 20))
+    assert (algo.get("minBytes"), algo.get("maxBytes")) == ("1024", "1048576")
+    assert parse(to_msccl_xml(ring_allgather(3))).get("maxBytes") == str(1 << 30)
+    for lo, hi in ((10, 5), (0, 2**63 - 1), (-1, 10)):
+        with pytest.raises(ProgramError, match="size range"):
+            to_msccl_xml(ring_allgather(3), min_bytes=lo, max_bytes=hi)
+
+
+def test_limits_are_refused_with_the_limit_named():
+    deep = algorithms.build("allgather", "ring", 8, chunks=8)  # 1 + 8 * 8 steps per rank
+    with pytest.raises(ProgramError, match="has 65 steps where rccl allows 64 per threadblock"):
+        to_msccl_xml(deep, "rccl", proto="LL")
+    check_structure(deep, parse(to_msccl_xml(deep, "msccl", proto="LL")))
+    wide = algorithms.build("allgather", "ring", 8, channels=40)
+    with pytest.raises(ProgramError, match="needs 40 channels where msccl has 32"):
+        to_msccl_xml(wide)
 
 
 def test_ring_channel_is_one_threadblock_without_dependencies():
@@ -205,7 +275,7 @@ def test_ring_channel_is_one_threadblock_without_dependencies():
             str((rank - 1) % 4),
             "0",
         )
-        assert [s.get("type") for s in tb.findall("step")[:4]] == ["s", "rrc", "s", "rrc"]
+        assert [s.get("type") for s in tb.findall("step")[:4]] == ["s", "rrcs", "rrcs", "rrcs"]
         assert {s.get("depid") for s in tb.findall("step")} == {"-1"}
 
 
@@ -249,7 +319,8 @@ def test_collective_names_per_runtime():
         b.recv_reduce(r, 1 - r, inp(r), out(0))
     for program in (algorithms.build("reducescatter", "ring", 4), b.build()):
         assert parse(to_msccl_xml(program)).get("coll") == "reduce_scatter"
-        assert parse(to_msccl_xml(program, runtime="rccl")).get("coll") == "reducescatter"
+        assert parse(to_msccl_xml(program, "rccl")).get("coll") == "reducescatter"
+        assert parse(to_msccl_xml(program, "msccl-executor")).get("coll") == "reducescatter"
     assert parse(to_msccl_xml(ring_allgather(3), proto="LL128")).get("proto") == "LL128"
 
 
@@ -265,9 +336,9 @@ def test_gather_needs_the_rccl_runtime():
     b.send(1, 0, inp(0))
     b.recv(0, 1, out(1))
     program = b.build()
-    with pytest.raises(ProgramError, match="msccl runtime has no gather collective; try "):
+    with pytest.raises(ProgramError, match="msccl runtime has no gather collective"):
         to_msccl_xml(program)
-    algo = parse(to_msccl_xml(program, runtime="rccl"))
+    algo = parse(to_msccl_xml(program, "rccl"))
     assert (algo.get("coll"), algo.get("nchunksperloop")) == ("gather", "1")
 
 
@@ -278,7 +349,8 @@ def test_switch_programs_are_rejected():
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"runtime": "nccl"}, "unknown MSCCL runtime 'nccl'"), ({"proto": "ll"}, "unknown protocol")],
+    [({"target": "nccl"}, "unknown target 'nccl'"), ({"target": "live"}, "reads no XML"),
+     ({"proto": "ll"}, "unknown protocol")],
 )
 def test_bad_options(kwargs, message):
     with pytest.raises(ProgramError, match=message):
@@ -297,7 +369,7 @@ def test_dependency_on_a_later_step_of_the_same_channel_is_rejected():
     bad = make_program(
         "bad", p.collective, 2, chunk_factor=1, columns=columns, dep_ptr=ptr, dep_idx=np.array([2])
     )
-    with pytest.raises(ProgramError, match="depends on a later step of its own channel"):
+    with pytest.raises(VerificationError, match="deadlock on msccl"):
         to_msccl_xml(bad)
 
 

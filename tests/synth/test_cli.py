@@ -18,7 +18,7 @@ def run(argv: list[str]) -> int:
 def test_synth_alltoall_json_and_files(tmp_path, capsys):
     path, xml = tmp_path / "a2a.json", tmp_path / "a2a.xml"
     argv = ["synth", "alltoall", "--topo", "dgx1", "--pieces", "2", "-b", "1G", "-e", "1G"]
-    assert run([*argv, "-o", str(path), "--xml", str(xml), "--json"]) == 0
+    assert run([*argv, "-o", str(path), "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     row = record["rows"][0]
     assert record["program"] == "alltoall/synth_lp"
@@ -26,6 +26,11 @@ def test_synth_alltoall_json_and_files(tmp_path, capsys):
     assert 0 < row["bound_pct"] <= 100
     assert row["ring_algbw"] is None
     verify(load_program(path))
+    assert run([*argv, "--xml", str(xml)]) == 2  # 63 channels: beyond MSCCL's 32
+    assert "needs 63 channels where msccl has 32" in capsys.readouterr().err
+    assert not xml.exists()
+    assert run(["synth", "allgather", "--topo", "dgx1", "--pieces", "2", "-b", "1G", "-e", "1G",
+                "--xml", str(xml)]) == 0
     assert "<algo" in xml.read_text()
 
 

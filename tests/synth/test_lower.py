@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import commflow.synth.api as api
 from commflow import topology
 from commflow.collectives import Collective
-from commflow.errors import AlgorithmError
+from commflow.errors import AlgorithmError, ProgramError
 from commflow.ir import to_msccl_xml, verify
 from commflow.sim import lower_bound, simulate
 from commflow.synth import WeightedTree, apportion, synthesize
@@ -30,9 +30,14 @@ def test_apportion_sums_and_stays_within_one_of_quota(weights, chunks):
 )
 def test_small_instances_verify_export_and_respect_the_bound(collective):
     topo = topology.dgx1()
-    program = synthesize(collective, topo, pieces=3, root=3)
+    program = synthesize(collective, topo, pieces=2, root=3)
     verify(program)
-    assert "<algo" in to_msccl_xml(program)
+    if program.root is None:
+        assert "<algo" in to_msccl_xml(program)
+    else:  # XML has no root: only root 0 exports
+        with pytest.raises(ProgramError, match="carries no root"):
+            to_msccl_xml(program)
+        assert "<algo" in to_msccl_xml(synthesize(collective, topo, pieces=2, root=0))
     bound = lower_bound(collective, topo, SIZE, root=3)
     result = simulate(program, topo, SIZE, model="flow")
     assert result.time >= bound.time * (1 - 1e-9)

@@ -12,6 +12,7 @@ from commflow.cli._output import err, out, parse_params
 from commflow.errors import CommflowError, VerificationError
 from commflow.ir import Program, load_program, save_program, to_msccl_xml
 from commflow.ir import verify as verify_program
+from commflow.units import parse_size
 
 
 def describe(program: Program) -> str:
@@ -75,25 +76,32 @@ def verify(
 def export(
     file: Path = typer.Argument(..., help="Program file (JSON, from `commflow build`)."),
     xml: Path = typer.Option(..., "--xml", help="MSCCL XML file to write."),
-    runtime: str = typer.Option(
-        "msccl", "--runtime", help="msccl (MSCCL_XML_FILES) or rccl (MSCCL_ALGO_DIR)."
+    target: str = typer.Option(
+        "msccl", "--target", "--runtime",
+        help="Runtime that loads the file: msccl (MSCCL_XML_FILES), msccl-executor or rccl "
+        "(MSCCL_ALGO_DIR).",
     ),
     proto: str = typer.Option("Simple", "--proto", help="NCCL protocol: Simple, LL or LL128."),
+    min_bytes: str = typer.Option("0", "--min-bytes", help="Smallest size to use it for."),
+    max_bytes: str = typer.Option("1G", "--max-bytes", help="Largest size to use it for."),
 ) -> None:
-    """Export a program file as MSCCL XML.
+    """Verify a program on a runtime (bounded buffers included) and export it as MSCCL XML.
 
-    The two runtimes differ in collective names (reduce_scatter vs reducescatter; gather and
-    scatter exist only in rccl). See docs/ir.md for how MSCCL and RCCL load the file.
+    The runtimes differ in collective names (reduce_scatter in msccl, reducescatter in the
+    others; gather and scatter only in the others) and limits (steps per threadblock:
+    256 in msccl, 64 in the others); a program that would hang or exceed a limit there is
+    refused. See docs/ir.md for how MSCCL and RCCL load the file.
 
     [bold]Examples[/bold]
 
       commflow export ring8.json --xml ring8.xml
-      commflow export ring8.json --xml ring8.xml --runtime rccl --proto LL128
+      commflow export ring8.json --xml ring8.xml --target rccl --proto LL128 --max-bytes 64M
     """
     program = load_program(file)
-    text = to_msccl_xml(program, runtime=runtime, proto=proto)
+    text = to_msccl_xml(program, target, proto=proto, min_bytes=parse_size(min_bytes),
+                        max_bytes=parse_size(max_bytes))
     try:
         xml.write_text(text)
     except OSError as error:
         raise CommflowError(f"cannot write {xml}: {error.strerror}") from None
-    out.print(f"wrote {escape(str(xml))}: {escape(describe(program))} as MSCCL XML ({runtime})")
+    out.print(f"wrote {escape(str(xml))}: {escape(describe(program))} as MSCCL XML ({target})")

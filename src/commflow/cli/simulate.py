@@ -42,6 +42,11 @@ def sim(
         [], "--param", "-p", help="Extra algorithm parameter key=value (repeatable)."
     ),
     model: str = typer.Option("alphabeta", "--model", "-m", help="alphabeta or flow."),
+    target: str = typer.Option(
+        "live", "--target",
+        help="Where it runs: live (unbounded buffers), msccl, msccl-executor or rccl "
+        "(bounded buffers: a program that would hang there is refused).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
 ) -> None:
     """Simulate an algorithm on a topology over a range of sizes, like nccl-tests.
@@ -75,7 +80,7 @@ def sim(
     with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
         task = bar.add_task(f"simulating {program.name}", total=len(sizes))
         for size in sizes:
-            result = simulate(program, topology, size, model=model)
+            result = simulate(program, topology, size, model=model, target=target)
             bound = lower_bound(program.collective, topology, size, root=root)
             records.append((size, result, bound))
             bar.advance(task)

@@ -21,60 +21,50 @@ one dependency (``depid`` = threadblock, ``deps`` = step index); extra ones go i
 steps placed just before it, as msccl-tools does, and every step waited on gets ``hasdep=1``.
 
 Step types: send ``s``, receive ``r``, receive-reduce ``rrc`` (``dst = received (op) src``, with
-``src`` the local operand), copy ``cpy``, local reduce ``re`` (``dst = dst (op) src``). As in
-msccl-tools, a send names the receiver's destination as ``dstbuf``/``dstoff`` and a receive the
-sender's source as ``srcbuf``/``srcoff``.
+``src`` the local operand), copy ``cpy``, local reduce ``re`` (``dst = dst (op) src``). A send
+that forwards exactly what the receive before it in its threadblock wrote, waits on nothing
+else and follows a receive no other threadblock waits on, is fused with it into one
+receive-copy-send ``rcs`` or receive-reduce-copy-send ``rrcs`` step, as msccl-tools emits (an
+8-rank ring allreduce: 15 steps per threadblock instead of 28). As in msccl-tools, a send names
+the receiver's destination as ``dstbuf``/``dstoff`` and a receive the sender's source as
+``srcbuf``/``srcoff``; a fused step names the local chunks its kernel primitive reads and writes.
 
-Two runtimes read this format and differ in collective names: ``runtime="msccl"`` (MSCCL on
-NCCL 2.12, ``MSCCL_XML_FILES``) calls reduce-scatter ``reduce_scatter`` and has no gather or
-scatter; ``runtime="rccl"`` (RCCL and msccl-executor-nccl, ``MSCCL_ALGO_DIR``) calls it
-``reducescatter`` and accepts ``gather`` and ``scatter``. Both get ``minBytes``/``maxBytes``
-(any size) and ``inplace="0" outofplace="1"``: commflow programs are out of place.
-``nchunksperloop`` counts the chunks in the elements the runtime divides among them
-(``count`` times its size multiplier): the larger of a rank's input and output, or one block
-(``chunk_factor`` chunks) for gather and scatter, whose ``count`` is one rank's block.
+The export is for a :class:`~commflow.ir.target.Target` (``msccl``: MSCCL on NCCL 2.12,
+``MSCCL_XML_FILES``; ``msccl-executor`` and ``rccl``, ``MSCCL_ALGO_DIR``), which gives the
+collective names (``reduce_scatter`` in MSCCL 2.12, ``reducescatter`` in the others, gather and
+scatter only in the others), bounded buffers (the program is verified on the target first, so a
+program whose sends would block each other forever is refused) and the parsers' limits (steps
+per threadblock, threadblocks per rank, channels, 8-bit ``depid``, elements per file), refused
+with a message naming the limit. ``minBytes``/``maxBytes`` come from the caller's size range
+(default 0 to 1 GiB: never 2**63, from which MSCCL 2.12 sizes its scratch buffer). XML has no
+root: rooted programs are exported for root 0 only. Programs are out of place
+(``inplace="0" outofplace="1"``). ``nchunksperloop`` counts the chunks in the elements the
+runtime divides among them (``count`` times its size multiplier): the larger of a rank's input
+and output, or one block (``chunk_factor`` chunks) for gather and scatter, whose ``count`` is
+one rank's block.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 from xml.sax.saxutils import quoteattr
 
+import numpy as np
+
 from commflow.collectives import Collective
-from commflow.errors import ProgramError
+from commflow.errors import ProgramError, VerificationError
 from commflow.ir.matching import match_transfers
 from commflow.ir.program import Program
 from commflow.ir.step import Buffer, Op, ParticipantKind
+from commflow.ir.target import Target, bounded, get_target
+from commflow.ir.verify import verify
 
-Runtime = Literal["msccl", "rccl"]
-
-PROTOCOLS = ("Simple", "LL", "LL128")
-"""NCCL protocols an MSCCL algorithm may name."""
-
-_COLL = {
-    "msccl": {
-        Collective.ALLREDUCE: "allreduce",
-        Collective.ALLGATHER: "allgather",
-        Collective.REDUCESCATTER: "reduce_scatter",
-        Collective.ALLTOALL: "alltoall",
-        Collective.BROADCAST: "broadcast",
-        Collective.REDUCE: "reduce",
-    },
-    "rccl": {
-        Collective.ALLREDUCE: "allreduce",
-        Collective.ALLGATHER: "allgather",
-        Collective.REDUCESCATTER: "reducescatter",
-        Collective.ALLTOALL: "alltoall",
-        Collective.BROADCAST: "broadcast",
-        Collective.REDUCE: "reduce",
-        Collective.GATHER: "gather",
-        Collective.SCATTER: "scatter",
-    },
-}
 _TYPE = {Op.SEND: "s", Op.RECV: "r", Op.RECV_REDUCE: "rrc", Op.COPY: "cpy", Op.REDUCE: "re"}
+_FUSED = {Op.RECV: "rcs", Op.RECV_REDUCE: "rrcs"}
+"""A receive followed by the send of what it wrote: receive-copy-send, receive-reduce-copy-send."""
 _BUF = {Buffer.INPUT: "i", Buffer.OUTPUT: "o", Buffer.SCRATCH: "s"}
-_MAX_BYTES = str(2**63 - 1)
+DEFAULT_MAX_BYTES = 1 << 30
+"""``maxBytes`` when none is given: 1 GiB (MSCCL 2.12 sizes its scratch from it)."""
 
 
 @dataclass
@@ -87,47 +77,80 @@ class _Threadblock:
     steps: list[int] = field(default_factory=list)
     waits: list[list[tuple[int, int]]] = field(default_factory=list)
     index: list[int] = field(default_factory=list)
+    fused: list[bool] = field(default_factory=list)
 
 
-def to_msccl_xml(program: Program, *, runtime: Runtime = "msccl", proto: str = "Simple") -> str:
-    """The program as MSCCL XML text for ``runtime`` (see the module docstring).
+def to_msccl_xml(
+    program: Program,
+    target: Target | str = "msccl",
+    *,
+    proto: str = "Simple",
+    min_bytes: int = 0,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> str:
+    """The program as MSCCL XML for ``target`` (``msccl``, ``msccl-executor``, ``rccl`` or a
+    :class:`~commflow.ir.target.Target`; see the module docstring).
 
-    ``proto`` is the NCCL protocol (``Simple``, ``LL``, ``LL128``). Raises ``ProgramError`` for
-    programs with switch participants (MSCCL has no in-network participants), collectives the
-    runtime does not know, or sends and receives that do not pair up.
+    ``proto`` is the NCCL protocol (``Simple``, ``LL``, ``LL128``) when ``target`` is a name.
+    ``min_bytes``/``max_bytes`` bound the sizes (bytes, nccl-tests convention) at which the
+    runtime may pick the program. The program is first verified on the target, bounded buffers
+    included. Raises ``ProgramError`` for programs with switch participants, collectives or
+    rooted programs the runtime cannot run, a size range that is empty or unbounded, and
+    programs beyond the target's limits (steps per threadblock, threadblocks, channels,
+    ``depid``, elements per file), naming the limit and what to change; ``VerificationError``
+    when the program is wrong or would deadlock there.
     """
-    if runtime not in _COLL:
-        raise ProgramError(f"unknown MSCCL runtime {runtime!r}; use 'msccl' or 'rccl'")
-    if proto not in PROTOCOLS:
-        raise ProgramError(f"unknown protocol {proto!r}; use one of {', '.join(PROTOCOLS)}")
+    where = get_target(target, protocol=proto)
+    if not where.collective_names:
+        raise ProgramError(
+            f"{program.name}: target {where.name!r} reads no XML; use one of msccl, "
+            "msccl-executor, rccl")
     if any(p.kind is not ParticipantKind.RANK for p in program.participants):
         raise ProgramError(
             f"{program.name}: MSCCL has no in-network participants; export a "
             "program whose participants are all ranks"
         )
-    coll = _COLL[runtime].get(program.collective)
+    coll = where.collective_names.get(program.collective)
     if coll is None:
-        other = "rccl" if runtime == "msccl" else "msccl"
+        known = ", ".join(c.value for c in where.collective_names)
         raise ProgramError(
-            f"{program.name}: the {runtime} runtime has no "
-            f"{program.collective.value} collective; try runtime={other!r}"
+            f"{program.name}: the {where.name} runtime has no {program.collective.value} "
+            f"collective (it runs {known}); export for another target"
         )
-    writer = _Writer(program)
+    if program.root not in (None, 0):
+        raise ProgramError(
+            f"{program.name}: MSCCL XML carries no root, and the runtimes pick an algorithm "
+            f"whatever the call's root; a program for root {program.root} would run for "
+            "every root. Build the program for root 0 and call it with root 0")
+    if not 0 <= min_bytes <= max_bytes or max_bytes >= 1 << 62:
+        raise ProgramError(
+            f"{program.name}: size range [{min_bytes}, {max_bytes}] bytes must satisfy "
+            "0 <= min_bytes <= max_bytes < 2**62 (MSCCL sizes scratch from maxBytes)")
+    verify(program, target=where)
+    writer = _Writer(program, where, fuse=True)
     gpus = writer.gpus()
+    if writer.fused_sends:
+        try:
+            verify(bounded(program, where, fused=np.array(writer.fused_sends)))
+        except VerificationError:  # a fused step holds its receive until its send has room
+            writer = _Writer(program, where, fuse=False)
+            gpus = writer.gpus()
     lines = [
-        f'<algo name={quoteattr(program.name)} proto="{proto}" '
+        f'<algo name={quoteattr(program.name)} proto="{where.protocol}" '
         f'nchannels="{writer.nchannels}" '
-        f'nchunksperloop="{_chunks_per_loop(program)}" ngpus="{program.nranks}" '
-        f'coll="{coll}" inplace="0" outofplace="1" minBytes="0" maxBytes="{_MAX_BYTES}">',
+        f'nchunksperloop="{chunks_per_loop(program)}" ngpus="{program.nranks}" '
+        f'coll="{coll}" inplace="0" outofplace="1" minBytes="{min_bytes}" '
+        f'maxBytes="{max_bytes}">',
         *gpus,
         "</algo>\n",
     ]
     return "\n".join(lines)
 
 
-def _chunks_per_loop(program: Program) -> int:
-    """Chunks in the ``count x sizeMultiplier`` elements the runtime splits: a rank's whole
-    input or output, except for gather and scatter, whose count is one rank's block."""
+def chunks_per_loop(program: Program) -> int:
+    """MSCCL's ``nchunksperloop``: chunks in the ``count x sizeMultiplier`` elements the
+    runtime splits: a rank's whole input or output, except for gather and scatter, whose
+    count is one rank's block."""
     if program.collective in (Collective.GATHER, Collective.SCATTER):
         return program.chunk_factor
     return max(program.expected_buffers())
@@ -136,8 +159,12 @@ def _chunks_per_loop(program: Program) -> int:
 class _Writer:
     """Splits every rank's channels into threadblocks and writes their steps."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, target: Target, *, fuse: bool) -> None:
         self.program = program
+        self.target = target
+        self.fuse = fuse
+        self.fused_sends: list[int] = []
+        """Global indices of the sends written fused with the receive before them."""
         t = program.table
         self.part, self.chan = t.part.tolist(), t.chan.tolist()
         self.op, self.peer = t.op.tolist(), t.peer.tolist()
@@ -150,6 +177,8 @@ class _Writer:
         for r, s in enumerate(self.sender):
             if s >= 0:
                 self.receiver[s] = r
+        self.nodes = 1 + len(program.participants)
+        """XML elements written so far (the ``<algo>`` and its ``<gpu>`` elements at first)."""
         self.tb_of = [0] * len(t)
         self.slot = [0] * len(t)
         self.nchannels = 1
@@ -174,6 +203,16 @@ class _Writer:
             )
             self._emit(lines, tbs)
             lines.append("  </gpu>")
+        target = self.target
+        if target.max_channels is not None and self.nchannels > target.max_channels:
+            raise ProgramError(
+                f"{self.program.name}: needs {self.nchannels} channels where {target.name} "
+                f"has {target.max_channels}; use fewer channels per pair of ranks")
+        if target.max_nodes is not None and self.nodes > target.max_nodes:
+            raise ProgramError(
+                f"{self.program.name}: the XML would hold {self.nodes} elements where "
+                f"{target.name}'s parser takes {target.max_nodes} per file; lower the "
+                "pipelining (fewer --chunks, --channels or synthesis --pieces)")
         return lines
 
     def _number_channels(self, ranks: list[list[_Threadblock]]) -> None:
@@ -260,33 +299,54 @@ class _Writer:
             need: dict[int, int] = {}
             for d in targets:
                 other = self.tb_of[d]
-                if other == n:
-                    if self.slot[d] >= self.slot[i]:
-                        part, chan, pos = self.program.where(i)
-                        raise ProgramError(
-                            f"{self.program.name}: participant {part}, channel {chan}, step "
-                            f"{pos} depends on a later step of its own channel (a deadlock); "
-                            "run verify on the program"
-                        )
+                if other == n:  # earlier in the threadblock: verify rules out later ones
                     continue
                 if self.slot[d] > max(need.get(other, -1), waited.get(other, -1)):
                     need[other] = self.slot[d]
             waited.update(need)
             tb.waits.append(sorted(need.items()))
 
+    def _fuse(self, tbs: list[_Threadblock], waited: set[tuple[int, int]]) -> None:
+        """Mark each send that forwards what the receive just before it in its threadblock
+        wrote (same chunks), waits on nothing else, and follows a receive nobody waits on:
+        the pair becomes one ``rcs``/``rrcs`` step, as msccl-tools emits."""
+        for n, tb in enumerate(tbs):
+            tb.fused = [False] * len(tb.steps)
+            for slot in range(1, len(tb.steps) if self.fuse else 0):
+                i, prev = tb.steps[slot], tb.steps[slot - 1]
+                tb.fused[slot] = (
+                    self.op[i] == Op.SEND and self.op[prev] in _FUSED
+                    and not tb.fused[slot - 1] and not tb.waits[slot]
+                    and (n, slot - 1) not in waited
+                    and (self.src_buf[i], self.src_off[i], self.count[i])
+                    == (self.dst_buf[prev], self.dst_off[prev], self.count[prev])
+                    and self.position[i] == self.position[prev] + 1
+                )
+                if tb.fused[slot]:
+                    self.fused_sends.append(i)
+
     def _emit(self, lines: list[str], tbs: list[_Threadblock]) -> None:
-        """Number each step (after the ``nop`` steps that carry its extra waits), then write
-        the ``<tb>`` elements of one rank."""
+        """Fuse receive-send pairs, number each step (after the ``nop`` steps that carry its
+        extra waits), check the target's limits, then write the ``<tb>`` elements of one
+        rank."""
+        waited = {wait for tb in tbs for waits in tb.waits for wait in waits}
+        self._fuse(tbs, waited)
         for tb in tbs:
             s = 0
-            for waits in tb.waits:
+            for waits, fused in zip(tb.waits, tb.fused, strict=True):
+                if fused:
+                    tb.index.append(s - 1)
+                    continue
                 s += max(len(waits) - 1, 0)
                 tb.index.append(s)
                 s += 1
-        hasdep = {wait for tb in tbs for waits in tb.waits for wait in waits}
+        self._check_limits(tbs)
+        self.nodes += len(tbs) + sum(tb.index[-1] + 1 for tb in tbs if tb.index)
         for n, tb in enumerate(tbs):
             lines.append(f'    <tb id="{n}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">')
             for slot, (i, waits) in enumerate(zip(tb.steps, tb.waits, strict=True)):
+                if tb.fused[slot]:
+                    continue
                 s = tb.index[slot]
                 deps = [(o, tbs[o].index[k]) for o, k in waits] or [(-1, -1)]
                 for nop, (depid, dep_s) in enumerate(deps[1:], start=s - len(deps) + 1):
@@ -296,16 +356,50 @@ class _Writer:
                         f'deps="{dep_s}" hasdep="0"/>'
                     )
                 op = self.op[i]
+                fused = slot + 1 < len(tb.steps) and tb.fused[slot + 1]
+                kind = _FUSED[op] if fused else _TYPE[op]
                 src = self.sender[i] if op == Op.RECV else i
                 dst = self.receiver[i] if op == Op.SEND else i
+                flagged = (n, slot) in waited or (fused and (n, slot + 1) in waited)
                 lines.append(
-                    f'      <step s="{s}" type="{_TYPE[op]}" '
+                    f'      <step s="{s}" type="{kind}" '
                     f"{self._ref('src', self.src_buf[src], self.src_off[src], 'i')} "
                     f"{self._ref('dst', self.dst_buf[dst], self.dst_off[dst], 'o')} "
                     f'cnt="{self.count[i]}" depid="{deps[0][0]}" deps="{deps[0][1]}" '
-                    f'hasdep="{int((n, slot) in hasdep)}"/>'
+                    f'hasdep="{int(flagged)}"/>'
                 )
             lines.append("    </tb>")
+
+    def _check_limits(self, tbs: list[_Threadblock]) -> None:
+        """Raise ``ProgramError`` when one rank's threadblocks exceed the target's limits."""
+        target, name = self.target, self.program.name
+        rank = self.part[tbs[0].steps[0]] if tbs and tbs[0].steps else 0
+        advice = ("lower the pipelining (fewer --chunks, --channels or synthesis --pieces) "
+                  "or split the program")
+        cap = min(x for x in (target.max_threadblocks, target.max_children) if x is not None)
+        if len(tbs) > cap:
+            raise ProgramError(
+                f"{name}: rank {rank} needs {len(tbs)} threadblocks where {target.name} "
+                f"allows {cap}; {advice}")
+        cap = min(x for x in (target.max_steps_per_threadblock, target.max_children)
+                  if x is not None)
+        for n, tb in enumerate(tbs):
+            steps = tb.index[-1] + 1 if tb.index else 0
+            if steps > cap:
+                raise ProgramError(
+                    f"{name}: rank {rank}, threadblock {n} has {steps} steps where "
+                    f"{target.name} allows {cap} per threadblock; {advice}")
+            deepest = max((o for waits in tb.waits for o, _ in waits), default=-1)
+            if target.max_depid is not None and deepest > target.max_depid:
+                raise ProgramError(
+                    f"{name}: rank {rank}, threadblock {n} depends on threadblock {deepest}, "
+                    f"beyond {target.name}'s 8-bit depid (at most {target.max_depid}); "
+                    f"{advice}")
+            big = max((self.count[i] for i in tb.steps), default=0)
+            if target.max_count is not None and big > target.max_count:
+                raise ProgramError(
+                    f"{name}: rank {rank}, threadblock {n} moves {big} chunks in one step "
+                    f"where {target.name} allows {target.max_count}; split the step")
 
     @staticmethod
     def _ref(side: str, buf: int, off: int, absent: str) -> str:

@@ -22,14 +22,22 @@ from commflow.errors import VerificationError
 from commflow.ir.matching import match_transfers
 from commflow.ir.program import Program
 from commflow.ir.step import Buffer, Op
+from commflow.ir.target import Target, bounded, get_target
 
 _MAX_CLOCK_CELLS = 50_000_000
 
 
-def verify(program: Program) -> None:
+def verify(program: Program, *, target: Target | str | None = None) -> None:
     """Prove that ``program`` implements its collective; raise ``VerificationError`` naming the
-    rank, channel, step and chunk of the first problem found."""
-    _Execution(program).run()
+    rank, channel, step and chunk of the first problem found.
+
+    ``target`` (a :class:`~commflow.ir.target.Target` or its name; default ``live``, which
+    buffers sends without bound) sets where the program will run: on a target with bounded
+    buffers a send waits for room (:func:`~commflow.ir.target.bounded`), so a program whose
+    sends would block each other forever there fails as a deadlock.
+    """
+    where = get_target(target)
+    _Execution(bounded(program, where), where).run()
 
 
 def element_trace(program: Program) -> np.ndarray:
@@ -45,8 +53,10 @@ def element_trace(program: Program) -> np.ndarray:
 
 
 class _Execution:
-    def __init__(self, program: Program, trace: bool = False) -> None:
+    def __init__(self, program: Program, target: Target | None = None,
+                 trace: bool = False) -> None:
         self.p = program
+        self.target = target
         self.t = program.table
         self.trace_ptr = np.concatenate(([0], np.cumsum(self.t.count, dtype=np.int64))) \
             if trace else None
@@ -120,10 +130,13 @@ class _Execution:
         waits = []
         if self.sender[i] >= 0 and not done[self.sender[i]]:
             waits.append(f"a message from rank {t.peer[i]}")
-        waits += [f"step {self.position[d]} of channel {t.chan[d]}" for d in t.deps_of(i)
-                  if not done[d]]
-        raise self.error(i, f"deadlock: {len(stuck)} channel(s) never finish; this step waits "
-                            f"for {' and '.join(waits) or 'an earlier step'}")
+        waits += [f"step {self.position[d]} of channel {t.chan[d]}" if t.part[d] == t.part[i]
+                  else f"buffer room toward rank {t.part[d]} (its step {self.position[d]} of "
+                       f"channel {t.chan[d]} must receive first)"
+                  for d in t.deps_of(i) if not done[d]]
+        on = f" on {self.target.describe()}" if self.target and self.target.bounded else ""
+        raise self.error(i, f"deadlock{on}: {len(stuck)} channel(s) never finish; this step "
+                            f"waits for {' and '.join(waits) or 'an earlier step'}")
 
     def access(self, i: int, buf: Buffer, index: int, write: bool) -> None:
         if not self.track_races:

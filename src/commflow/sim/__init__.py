@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 from commflow.errors import SimulationError
 from commflow.ir import Program
+from commflow.ir.target import Target, bounded, get_target
 from commflow.sim.alphabeta import run_alphabeta
 from commflow.sim.bounds import Bound, lower_bound
 from commflow.sim.dag import StepCosts, StepGraph
@@ -61,15 +62,19 @@ def simulate(
     placement: Sequence[int] | None = None,
     reduce_bandwidth: float | None = None,
     copy_bandwidth: float | None = None,
+    target: Target | str | None = None,
 ) -> SimResult:
     """Predict how long ``program`` takes on ``topology`` for a ``size``-byte collective.
 
     ``size`` in bytes (nccl-tests meaning; each chunk is ``program.chunk_bytes(size)``).
     ``placement`` gives the topology node of each participant (default: rank ``i`` on node
     ``i``; in-network participants need one). ``reduce_bandwidth`` and ``copy_bandwidth``
-    (bytes/s) price local reductions and copies; ``None`` makes them free. Raises
+    (bytes/s) price local reductions and copies; ``None`` makes them free. ``target`` (see
+    :mod:`commflow.ir.target`; default ``live``, unbounded buffering) bounds each
+    connection's buffer as that runtime does: a send waits for room. Raises
     ``SimulationError`` for an unknown model, a bad size, bandwidth or placement, a missing
-    route or a deadlock, and ``VerificationError`` when sends and receives do not pair up.
+    route or a deadlock (also one that only the target's bounded buffers cause), and
+    ``VerificationError`` when sends and receives do not pair up.
     """
     if model not in _RUNNERS:
         raise SimulationError(f"unknown model {model!r}; use one of {', '.join(MODELS)}")
@@ -77,6 +82,7 @@ def simulate(
         raise SimulationError(f"size must be a finite number of bytes >= 0, got {size!r}")
     _check_bandwidth("reduce_bandwidth", reduce_bandwidth)
     _check_bandwidth("copy_bandwidth", copy_bandwidth)
+    program = bounded(program, get_target(target))
     conns = Connections(program, topology, place(program, topology, placement))
     graph = StepGraph(program, conns.contended_sends())
     chunk_bytes = program.chunk_bytes(size)

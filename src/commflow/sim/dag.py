@@ -175,7 +175,7 @@ class Sweep:
             raise SimulationError(
                 f"{self.graph.program.name}: {stuck} step(s) never start (deadlock), the first "
                 f"at participant {part}, channel {chan}, step {pos}; run commflow.ir.verify on "
-                "the program to locate the cycle"
+                "the program (with the same target) to locate the cycle"
             )
 
     def critical_path(self) -> tuple[int, ...]:

@@ -1,0 +1,209 @@
+"""Where a program runs: the rules of each runtime, and bounded buffering as dependencies.
+
+A :class:`Target` names a runtime and its protocol. The ``live`` target is commflow's own
+runtime: a send never blocks (messages are buffered without bound). The MSCCL-family targets
+are GPU runtimes that read MSCCL XML: a connection ``(src, dst, channel)`` holds ``slots``
+buffer slots (``NCCL_STEPS`` = 8) and a chunk takes ``slots_per_chunk`` of them at the sizes
+where chunks are full (Simple: ``MSCCL_CHUNKSTEPS`` = 4, so two chunks are in flight; LL and
+LL128: one). Limits of their XML parsers and kernels are fields too; see
+docs/msccl-runtimes.md for the source of every number.
+
+Bounded buffering is proven by the same machinery as everything else: :func:`bounded`
+returns the program with one extra dependency per send that must wait for room, so the
+verifier's deadlock check and the simulator's sweep honour the slots unchanged.
+
+- A send of message ``k`` on a connection completes once the messages before it fit: with
+  ``m`` the slots of each message, it waits for the receive of message ``j``, the first
+  whose draining leaves ``m[j+1] + ... + m[k] <= slots``.
+- A message larger than the whole buffer streams through it: its send completes only once
+  the receiver has reached that receive (the receive's channel predecessor and its explicit
+  dependencies have completed), a rendezvous.
+
+Slots are counted at the largest chunk a runtime uses (large sizes), the worst case: a
+program proven here cannot hang at any size of its range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from commflow.collectives import Collective
+from commflow.errors import ProgramError
+from commflow.ir.matching import match_transfers
+from commflow.ir.program import Program, StepTable
+from commflow.ir.step import Op
+
+PROTOCOLS = ("Simple", "LL", "LL128")
+"""NCCL protocols an MSCCL algorithm may name."""
+
+_NAMES_MSCCL = MappingProxyType({
+    Collective.ALLREDUCE: "allreduce",
+    Collective.ALLGATHER: "allgather",
+    Collective.REDUCESCATTER: "reduce_scatter",
+    Collective.ALLTOALL: "alltoall",
+    Collective.BROADCAST: "broadcast",
+    Collective.REDUCE: "reduce",
+})
+_NAMES_EXECUTOR = MappingProxyType({
+    Collective.ALLREDUCE: "allreduce",
+    Collective.ALLGATHER: "allgather",
+    Collective.REDUCESCATTER: "reducescatter",
+    Collective.ALLTOALL: "alltoall",
+    Collective.BROADCAST: "broadcast",
+    Collective.REDUCE: "reduce",
+    Collective.GATHER: "gather",
+    Collective.SCATTER: "scatter",
+})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """A runtime that executes programs, and the rules a program must follow there."""
+
+    name: str
+    """``live``, ``msccl``, ``msccl-executor`` or ``rccl``."""
+    protocol: str = "Simple"
+    """NCCL protocol (``Simple``, ``LL``, ``LL128``); ignored by ``live``."""
+    slots: int | None = None
+    """Buffer slots per connection; ``None``: unbounded (a send never blocks)."""
+    slots_per_chunk: int = 1
+    """Slots one full chunk takes."""
+    collective_names: Mapping[Collective, str] = field(default_factory=dict)
+    """The XML ``coll`` name of each collective the runtime runs (empty for ``live``)."""
+    max_steps_per_threadblock: int | None = None
+    """Steps (``nop`` included) one ``<tb>`` may hold."""
+    max_threadblocks: int | None = None
+    """Threadblocks per rank."""
+    max_channels: int | None = None
+    """MSCCL channels (``chan`` below this)."""
+    max_children: int | None = None
+    """Child elements one XML element may hold (the parsers' fixed arrays)."""
+    max_nodes: int | None = None
+    """XML elements one file may hold."""
+    max_depid: int | None = None
+    """Highest threadblock a step may depend on (``depid`` is a signed 8-bit integer)."""
+    max_count: int | None = None
+    """Largest ``cnt`` of one step."""
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ProgramError(
+                f"unknown protocol {self.protocol!r}; use one of {', '.join(PROTOCOLS)}")
+        if self.slots is not None and (self.slots < 1 or self.slots_per_chunk < 1):
+            raise ProgramError("a target's slots and slots_per_chunk must be >= 1")
+
+    @property
+    def bounded(self) -> bool:
+        """Whether sends can block for want of buffer slots."""
+        return self.slots is not None
+
+    def describe(self) -> str:
+        """``msccl (Simple, 2 chunks in flight per connection)``."""
+        if not self.bounded:
+            return f"{self.name} (unbounded buffering)"
+        return (f"{self.name} ({self.protocol}, {self.slots} slots per connection, "
+                f"{self.slots_per_chunk} per chunk)")
+
+
+def _msccl_family(name: str, protocol: str) -> Target:
+    per_chunk = 4 if protocol == "Simple" else 1
+    if name == "msccl":
+        return Target(name=name, protocol=protocol, slots=8, slots_per_chunk=per_chunk,
+                      collective_names=_NAMES_MSCCL, max_steps_per_threadblock=256,
+                      max_threadblocks=216, max_channels=32, max_children=1024,
+                      max_nodes=4096, max_depid=127, max_count=72)
+    return Target(name=name, protocol=protocol, slots=8, slots_per_chunk=per_chunk,
+                  collective_names=_NAMES_EXECUTOR, max_steps_per_threadblock=64,
+                  max_threadblocks=64, max_channels=32, max_children=1024, max_nodes=4096,
+                  max_depid=127, max_count=72)
+
+
+TARGETS = ("live", "msccl", "msccl-executor", "rccl")
+"""Names :func:`get_target` accepts."""
+
+
+def get_target(target: Target | str | None = None, *, protocol: str = "Simple") -> Target:
+    """The :class:`Target` named ``target`` (``None``: ``live``), with ``protocol``.
+
+    Raises ``ProgramError`` naming the known targets for an unknown name.
+    """
+    if isinstance(target, Target):
+        return target
+    name = "live" if target is None else str(target)
+    if name == "live":
+        return Target(name="live", protocol=protocol)
+    if name in TARGETS:
+        return _msccl_family(name, protocol)
+    raise ProgramError(f"unknown target {name!r}; use one of {', '.join(TARGETS)}")
+
+
+def bounded(program: Program, target: Target, *, fused: np.ndarray | None = None) -> Program:
+    """``program`` with the dependencies bounded buffering adds on ``target`` (see the module
+    docstring); ``program`` itself when the target buffers without bound.
+
+    ``fused`` lists sends (global step indices) that run fused with the receive just before
+    them in their channel (MSCCL's ``rcs``/``rrcs``): such a receive completes only once its
+    send has room, so it takes the send's waits too. The extra dependencies may cross
+    participants: the result is for verification and simulation, not for saving.
+    """
+    if not target.bounded:
+        return program
+    t = program.table
+    sends = np.flatnonzero(t.op == Op.SEND)
+    if not len(sends):
+        return program
+    partner = match_transfers(program, mirror=True)
+    nparts = np.int64(len(program.participants))
+    nchan = np.int64(int(t.chan.max()) + 1)
+    key = (t.part[sends].astype(np.int64) * nparts + t.peer[sends]) * nchan + t.chan[sends]
+    sends = sends[np.argsort(key, kind="stable")]
+    key = np.sort(key, kind="stable")
+    size = t.count[sends].astype(np.int64) * target.slots_per_chunk
+    total = np.cumsum(size)
+    first = np.r_[0, np.flatnonzero(np.diff(key)) + 1]
+    base = np.repeat(total[first] - size[first], np.diff(np.r_[first, len(key)]))
+    waits = total - base > target.slots
+    drained = np.searchsorted(total, total - target.slots, side="left")
+    rendezvous = waits & (drained == np.arange(len(sends)))
+    queued = waits & ~rendezvous
+    owners = [sends[queued]]
+    deps = [partner[sends[drained[queued]]]]
+    # a rendezvous send waits for what its receive waits for, the message aside
+    held, recvs = sends[rendezvous], partner[sends[rendezvous]]
+    later = t.position[recvs] > 0
+    owners.append(held[later])
+    deps.append(recvs[later] - 1)
+    ndeps = t.dep_ptr[recvs + 1] - t.dep_ptr[recvs]
+    within = np.arange(int(ndeps.sum())) - np.repeat(np.cumsum(ndeps) - ndeps, ndeps)
+    owners.append(np.repeat(held, ndeps))
+    deps.append(t.dep_idx[np.repeat(t.dep_ptr[recvs], ndeps) + within])
+    owners, deps = np.concatenate(owners), np.concatenate(deps)
+    if fused is not None and len(fused):
+        joint = np.isin(owners, fused)
+        owners = np.concatenate((owners, owners[joint] - 1))
+        deps = np.concatenate((deps, deps[joint]))
+    return _with_deps(program, owners, deps) if len(owners) else program
+
+
+def _with_deps(program: Program, owners: np.ndarray, deps: np.ndarray) -> Program:
+    """``program`` with ``deps[k]`` added to the dependencies of step ``owners[k]``."""
+    t = program.table
+    n = len(t)
+    old_owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(t.dep_ptr))
+    owner = np.concatenate((old_owner, owners.astype(np.int64)))
+    dep = np.concatenate((t.dep_idx, deps.astype(np.int64)))
+    order = np.lexsort((dep, owner))
+    owner, dep = owner[order], dep[order]
+    keep = np.r_[True, (owner[1:] != owner[:-1]) | (dep[1:] != dep[:-1])]
+    owner, dep = owner[keep], dep[keep]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
+    columns = {c.name: getattr(t, c.name) for c in dataclasses.fields(StepTable)
+               if c.name not in ("dep_ptr", "dep_idx")}
+    table = StepTable.from_columns(columns, ptr, dep)
+    return dataclasses.replace(program, table=table)

@@ -89,6 +89,10 @@ class Target:
     """Highest threadblock a step may depend on (``depid`` is a signed 8-bit integer)."""
     max_count: int | None = None
     """Largest ``cnt`` of one step."""
+    chunk_bytes: float | None = None
+    """Most bytes one chunk carries in one loop of the kernel (NCCL's per-protocol step size
+    times MSCCL_CHUNKSTEPS for Simple); a larger chunk runs in several loops
+    (:func:`~commflow.ir.transform.repeat`). ``None``: one pass."""
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -110,17 +114,23 @@ class Target:
                 f"{self.slots_per_chunk} per chunk)")
 
 
+_CHUNK_BYTES = {"Simple": 4 * (4 << 20) / 8, "LL": (1 << 19) / 8 / 2,
+                "LL128": 4915200 / 8 * 120 / 128}
+"""Bytes of one chunk per loop: NCCL's default buffer per protocol (Simple 4 MiB, LL 512 KiB
+with half of it flags, LL128 4.69 MB with 8 of 128 bytes flags) over its 8 steps, times
+MSCCL_CHUNKSTEPS = 4 steps for Simple: 2 MiB, 32 KiB and 562.5 KB."""
+
+
 def _msccl_family(name: str, protocol: str) -> Target:
-    per_chunk = 4 if protocol == "Simple" else 1
+    common = {"name": name, "protocol": protocol, "slots": 8,
+              "slots_per_chunk": 4 if protocol == "Simple" else 1, "max_channels": 32,
+              "max_children": 1024, "max_nodes": 4096, "max_depid": 127, "max_count": 72,
+              "chunk_bytes": _CHUNK_BYTES[protocol]}
     if name == "msccl":
-        return Target(name=name, protocol=protocol, slots=8, slots_per_chunk=per_chunk,
-                      collective_names=_NAMES_MSCCL, max_steps_per_threadblock=256,
-                      max_threadblocks=216, max_channels=32, max_children=1024,
-                      max_nodes=4096, max_depid=127, max_count=72)
-    return Target(name=name, protocol=protocol, slots=8, slots_per_chunk=per_chunk,
-                  collective_names=_NAMES_EXECUTOR, max_steps_per_threadblock=64,
-                  max_threadblocks=64, max_channels=32, max_children=1024, max_nodes=4096,
-                  max_depid=127, max_count=72)
+        return Target(**common, collective_names=_NAMES_MSCCL, max_steps_per_threadblock=256,
+                      max_threadblocks=216)
+    return Target(**common, collective_names=_NAMES_EXECUTOR, max_steps_per_threadblock=64,
+                  max_threadblocks=64)
 
 
 TARGETS = ("live", "msccl", "msccl-executor", "rccl")
@@ -135,6 +145,8 @@ def get_target(target: Target | str | None = None, *, protocol: str = "Simple") 
     if isinstance(target, Target):
         return target
     name = "live" if target is None else str(target)
+    if protocol not in PROTOCOLS:
+        raise ProgramError(f"unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
     if name == "live":
         return Target(name="live", protocol=protocol)
     if name in TARGETS:

@@ -72,3 +72,48 @@ def relabel(program: Program, order: Sequence[int]) -> Program:
     return make_program(program.name, program.collective, n, chunk_factor=cf, columns=columns,
                         root=root, dep_ptr=dep_ptr, dep_idx=dep_idx,
                         switches=nparts - n, params=params)
+
+
+def repeat(program: Program, loops: int) -> Program:
+    """``program`` run ``loops`` times in a row by every channel, on consecutive slices of the
+    buffers: how MSCCL's kernel handles a buffer larger than one loop (each threadblock runs
+    all its steps on one slice of every chunk, then on the next; a step of loop ``l`` depends
+    on loop ``l`` of its dependencies; connections stay first in, first out across loops).
+
+    Loop ``l`` of chunk ``c`` of a buffer of ``k`` chunks is chunk ``l * k + c`` here, a
+    loop-major layout: data sits elsewhere than in the collective's layout, so the result is
+    for timing (:func:`commflow.sim.simulate` at ``loops`` times the chunk count), not for
+    verification or execution. Raises ``ProgramError`` when ``loops`` < 1.
+    """
+    if loops < 1:
+        raise ProgramError(f"{program.name}: loops must be >= 1, got {loops}")
+    if loops == 1:
+        return program
+    t = program.table
+    starts, sizes = t.channel_starts[:-1], np.diff(t.channel_starts)
+    group_of = np.repeat(np.arange(len(sizes)), sizes)
+    group = np.repeat(np.arange(len(sizes)), sizes * loops)
+    offset = np.arange(len(t) * loops) - starts[group] * loops
+    loop, step = offset // sizes[group], starts[group] + offset % sizes[group]
+    chunks = np.array([[p.input_chunks, p.output_chunks, p.scratch_chunks]
+                       for p in program.participants], dtype=np.int64)
+    columns = {name: getattr(t, name)[step] for name in ("part", "chan", "op", "peer", "count",
+                                                        "src_buf", "dst_buf")}
+    for buf, off in (("src_buf", "src_off"), ("dst_buf", "dst_off")):
+        used = columns[buf] >= 0
+        columns[off] = getattr(t, off)[step].astype(np.int64)
+        columns[off][used] += loop[used] * chunks[columns["part"][used], columns[buf][used]]
+    ndeps = np.diff(t.dep_ptr)[step]
+    dep_ptr = np.zeros(len(step) + 1, dtype=np.int64)
+    np.cumsum(ndeps, out=dep_ptr[1:])
+    within = np.arange(int(dep_ptr[-1])) - np.repeat(dep_ptr[:-1], ndeps)
+    deps = t.dep_idx[np.repeat(t.dep_ptr[step], ndeps) + within]
+    dep_group = group_of[deps]
+    dep_idx = (starts[dep_group] * loops + np.repeat(loop, ndeps) * sizes[dep_group]
+               + t.position[deps])
+    return make_program(
+        program.name, program.collective, program.nranks,
+        chunk_factor=program.chunk_factor * loops, columns=columns, root=program.root,
+        dep_ptr=dep_ptr, dep_idx=dep_idx,
+        switches=len(program.participants) - program.nranks, params=dict(program.params),
+    )

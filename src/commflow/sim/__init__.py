@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from commflow.errors import SimulationError
 from commflow.ir import Program
 from commflow.ir.target import Target, bounded, get_target
+from commflow.ir.transform import repeat
 from commflow.sim.alphabeta import run_alphabeta
 from commflow.sim.bounds import Bound, lower_bound
 from commflow.sim.dag import StepCosts, StepGraph
@@ -71,7 +72,8 @@ def simulate(
     ``i``; in-network participants need one). ``reduce_bandwidth`` and ``copy_bandwidth``
     (bytes/s) price local reductions and copies; ``None`` makes them free. ``target`` (see
     :mod:`commflow.ir.target`; default ``live``, unbounded buffering) bounds each
-    connection's buffer as that runtime does: a send waits for room. Raises
+    connection's buffer as that runtime does (a send waits for room), and runs chunks larger
+    than the runtime's in several loops (:func:`~commflow.ir.transform.repeat`). Raises
     ``SimulationError`` for an unknown model, a bad size, bandwidth or placement, a missing
     route or a deadlock (also one that only the target's bounded buffers cause), and
     ``VerificationError`` when sends and receives do not pair up.
@@ -82,7 +84,10 @@ def simulate(
         raise SimulationError(f"size must be a finite number of bytes >= 0, got {size!r}")
     _check_bandwidth("reduce_bandwidth", reduce_bandwidth)
     _check_bandwidth("copy_bandwidth", copy_bandwidth)
-    program = bounded(program, get_target(target))
+    where = get_target(target)
+    if where.chunk_bytes is not None and size > 0:
+        program = repeat(program, max(1, math.ceil(program.chunk_bytes(size) / where.chunk_bytes)))
+    program = bounded(program, where)
     conns = Connections(program, topology, place(program, topology, placement))
     graph = StepGraph(program, conns.contended_sends())
     chunk_bytes = program.chunk_bytes(size)

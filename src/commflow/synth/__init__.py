@@ -13,6 +13,7 @@
 - :mod:`~commflow.synth.steps`: SCCL (steps, rounds, chunks) MILP and :func:`pareto`.
 - :mod:`~commflow.synth.balanced`: the fastest candidate at one size (``objective="balanced"``).
 - :mod:`~commflow.synth.show`: a program's link loads drawn on its topology.
+- :mod:`~commflow.synth.for_target`: the most pipelined program a runtime (MSCCL, RCCL) loads.
 """
 
 from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, alltoall_program
@@ -29,6 +30,7 @@ from commflow.synth.api import (
 )
 from commflow.synth.balanced import DEFAULT_SIZE, Candidate, candidates, message_depth
 from commflow.synth.boxes import by_box
+from commflow.synth.for_target import PIECES_TRIED, synthesize_for
 from commflow.synth.forest import Forest, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import lower
@@ -64,6 +66,7 @@ __all__ = [
     "MOST_STEPS",
     "step_budget",
     "PIECES_PER_LEVEL",
+    "PIECES_TRIED",
     "STREAM_PIECES",
     "OBJECTIVES",
     "LogicalEdges",
@@ -76,4 +79,5 @@ __all__ = [
     "lower_streams",
     "pack_trees",
     "synthesize",
+    "synthesize_for",
 ]

@@ -1,0 +1,50 @@
+"""Synthesized programs lowered to MSCCL-family targets: what each loses at 1 GiB.
+
+For each preset and collective: the default synthesis (thousands of chunks per root, one pass,
+unbounded buffers) against the most pipelined program that each target loads
+(:func:`commflow.synth.synthesize_for`), simulated with the flow model on that target (bounded
+connection buffers, the kernel's loops of 2 MiB chunks for Simple).
+
+    .venv/bin/python benchmarks/export_targets.py dgx1 dgx-a100x2 mi250x2
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from commflow.errors import CommflowError
+from commflow.ir.msccl import chunks_per_loop
+from commflow.sim import simulate
+from commflow.synth import synthesize, synthesize_for
+from commflow.topology import load
+
+SIZE = 1 << 30
+COLLECTIVES = ("allgather", "reducescatter", "allreduce")
+TARGETS = ("msccl", "rccl")
+
+
+def main(presets: list[str]) -> None:
+    print(f"{'preset':<12}{'collective':<15}{'target':<8}{'pieces':>7}{'steps':>8}"
+          f"{'chunks/loop':>12}{'GB/s':>9}{'default':>9}{'loss%':>8}{'secs':>7}")
+    for name in presets:
+        topo = load(name)
+        for collective in COLLECTIVES:
+            default = simulate(synthesize(collective, topo), topo, SIZE, model="flow").algbw
+            for target in TARGETS:
+                start = time.perf_counter()
+                try:
+                    program, _ = synthesize_for(collective, topo, target)
+                except CommflowError as error:
+                    print(f"{name:<12}{collective:<15}{target:<8} refused: {error}")
+                    continue
+                algbw = simulate(program, topo, SIZE, model="flow", target=target).algbw
+                print(f"{name:<12}{collective:<15}{target:<8}"
+                      f"{dict(program.params).get('pieces', '-')!s:>7}{program.nsteps:>8}"
+                      f"{chunks_per_loop(program):>12}{algbw / 1e9:>9.2f}{default / 1e9:>9.2f}"
+                      f"{100 * (1 - algbw / default):>8.2f}{time.perf_counter() - start:>7.1f}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["dgx1", "dgx-a100x2", "mi250x2"])

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from commflow.algorithms import build_for
-from commflow.cli._output import echo_json, gbps, number, out, table, usec
+from commflow.cli._output import echo_json, err, gbps, number, out, table, usec
 from commflow.errors import CommflowError
 from commflow.ir import save_program, to_msccl_xml, verify
 from commflow.sim import lower_bound, simulate
@@ -50,7 +50,14 @@ def synth(
     factor: int = typer.Option(32, "-f", "--stepfactor", help="Size multiplier between rows."),
     model: str = typer.Option("flow", "--model", "-m", help="Simulator model: flow or alphabeta."),
     output: Path = typer.Option(None, "-o", "--output", help="Save the program as JSON here."),
-    xml: Path = typer.Option(None, "--xml", help="Save the program as MSCCL XML here."),
+    xml: Path = typer.Option(
+        None, "--xml",
+        help="Save MSCCL XML for --target here: without --pieces, of the most pipelined "
+        "program that target loads.",
+    ),
+    target: str = typer.Option(
+        "msccl", "--target", help="Runtime of --xml: msccl, msccl-executor or rccl."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
     show: Path = typer.Option(
         None, "--show", help="Draw the link loads at the largest size into this PNG."
@@ -77,7 +84,7 @@ def synth(
       commflow synth allreduce --topo dgx1 --objective balanced --size 64K --max-steps 4
       commflow synth allgather --topo dgx1 --show allgather.png
     """
-    from commflow.synth import synthesize
+    from commflow.synth import synthesize, synthesize_for
     from commflow.synth.show import draw_schedule, schedule_picture
 
     topology = load(topo)
@@ -101,7 +108,13 @@ def synth(
     if output is not None:
         save_program(program, output)
     if xml is not None:
-        xml.write_text(to_msccl_xml(program))
+        if pieces is None and params.get("method", objective) == "bandwidth":
+            fitted, text = synthesize_for(collective, topology, target, root=root)
+            err.print(f"MSCCL XML for {target}: {dict(fitted.params).get('pieces')} piece(s) "
+                      f"per share, {fitted.nsteps} steps")
+        else:
+            text = to_msccl_xml(program, target)
+        xml.write_text(text)
     records = []
     result = None
     for nbytes in size_range(parse_size(begin), parse_size(end), factor):

@@ -126,9 +126,9 @@ def to_msccl_xml(
         raise ProgramError(
             f"{program.name}: size range [{min_bytes}, {max_bytes}] bytes must satisfy "
             "0 <= min_bytes <= max_bytes < 2**62 (MSCCL sizes scratch from maxBytes)")
-    verify(program, target=where)
     writer = _Writer(program, where, fuse=True)
-    gpus = writer.gpus()
+    gpus = writer.gpus()  # the target's limits first: they cost less than verifying
+    verify(program, target=where)
     if writer.fused_sends:
         try:
             verify(bounded(program, where, fused=np.array(writer.fused_sends)))

@@ -107,7 +107,8 @@ class Target:
         return self.slots is not None
 
     def describe(self) -> str:
-        """``msccl (Simple, 2 chunks in flight per connection)``."""
+        """``msccl (Simple, 8 slots per connection, 4 per chunk)``, or ``live (unbounded
+        buffering)``."""
         if not self.bounded:
             return f"{self.name} (unbounded buffering)"
         return (f"{self.name} ({self.protocol}, {self.slots} slots per connection, "

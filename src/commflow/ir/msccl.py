@@ -204,6 +204,11 @@ class _Writer:
             self._emit(lines, tbs)
             lines.append("  </gpu>")
         target = self.target
+        if target.max_children is not None and len(self.program.participants) > \
+                target.max_children:
+            raise ProgramError(
+                f"{self.program.name}: {len(self.program.participants)} ranks where "
+                f"{target.name}'s parser takes {target.max_children} <gpu> elements")
         if target.max_channels is not None and self.nchannels > target.max_channels:
             raise ProgramError(
                 f"{self.program.name}: needs {self.nchannels} channels where {target.name} "

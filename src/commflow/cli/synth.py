@@ -86,18 +86,21 @@ def synth(
     """
     from commflow.synth import synthesize, synthesize_for
     from commflow.synth.show import draw_schedule, schedule_picture
+    from commflow.tune import choose
 
     topology = load(topo)
     start = time.perf_counter()
-    program = synthesize(
-        collective,
-        topology,
-        objective=objective,
-        pieces=pieces,
-        root=root,
-        size=None if size is None else parse_size(size),
-        max_steps=max_steps,
-    )
+    if objective == "balanced":
+        program = choose(
+            collective,
+            topology,
+            pieces=pieces,
+            root=root,
+            size=None if size is None else parse_size(size),
+            max_steps=max_steps,
+        )
+    else:
+        program = synthesize(collective, topology, objective=objective, pieces=pieces, root=root)
     elapsed = time.perf_counter() - start
     params = dict(program.params)
     if params.get("method", objective) == "bandwidth":

@@ -11,7 +11,6 @@
   :mod:`~commflow.synth.streams`: one stream per edge (edges with links of their own).
 - :mod:`~commflow.synth.alltoall_lp`: alltoall by a multi-commodity flow LP.
 - :mod:`~commflow.synth.steps`: SCCL (steps, rounds, chunks) MILP and :func:`pareto`.
-- :mod:`~commflow.synth.balanced`: the fastest candidate at one size (``objective="balanced"``).
 - :mod:`~commflow.synth.show`: a program's link loads drawn on its topology.
 - :mod:`~commflow.synth.for_target`: the most pipelined program a runtime (MSCCL, RCCL) loads.
 """
@@ -19,7 +18,6 @@
 from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, alltoall_program
 from commflow.synth.api import (
     ALLTOALL_CHUNKS,
-    DEFAULT_PIECES,
     MAX_STEPS,
     MOST_STEPS,
     OBJECTIVES,
@@ -28,7 +26,6 @@ from commflow.synth.api import (
     step_budget,
     synthesize,
 )
-from commflow.synth.balanced import DEFAULT_SIZE, Candidate, candidates, message_depth
 from commflow.synth.boxes import by_box
 from commflow.synth.for_target import PIECES_TRIED, synthesize_for
 from commflow.synth.forest import Forest, forest, mirror
@@ -46,12 +43,8 @@ __all__ = [
     "forest",
     "mirror",
     "StepSchedule",
-    "Candidate",
-    "DEFAULT_SIZE",
     "SchedulePicture",
-    "candidates",
     "draw_schedule",
-    "message_depth",
     "schedule_picture",
     "pareto",
     "schedule_program",
@@ -61,7 +54,6 @@ __all__ = [
     "Route",
     "alltoall_flow",
     "alltoall_program",
-    "DEFAULT_PIECES",
     "MAX_STEPS",
     "MOST_STEPS",
     "step_budget",

@@ -10,7 +10,6 @@ from commflow.collectives import Collective, check_root, parse_collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program
 from commflow.synth.alltoall_lp import alltoall_flow, alltoall_program
-from commflow.synth.balanced import balanced
 from commflow.synth.boxes import by_box, dedicated_edges
 from commflow.synth.forest import Forest, at_bound, cut_bound, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
@@ -27,11 +26,9 @@ _UNITS = range(1, 25)
 ALLTOALL_CHUNKS = 24
 """Chunks per block for alltoall programs (DGX-1: within 1.1% of the cut bound at 1 GiB)."""
 
-OBJECTIVES = ("bandwidth", "latency", "balanced")
-"""What :func:`synthesize` optimises: large-message time, step count, or a mix."""
-
-DEFAULT_PIECES = 128
-"""Most pipelined chunks per share the ``balanced`` objective tries in tree programs."""
+OBJECTIVES = ("bandwidth", "latency")
+"""What :func:`synthesize` optimises: large-message time or step count. The fastest program
+at one size is chosen among these and the predefined ones by :func:`commflow.tune.choose`."""
 
 PIECES_PER_LEVEL = 64
 """Pipelined chunks per share and tree level when ``pieces`` is not given. A share's last chunk
@@ -75,8 +72,6 @@ def synthesize(
     objective: str = "bandwidth",
     root: int = 0,
     pieces: int | None = None,
-    size: float | None = None,
-    max_steps: int | None = None,
     time_limit: float | None = None,
 ) -> Program:
     """A program for ``collective`` on ``topology``, synthesized for ``objective``.
@@ -90,33 +85,18 @@ def synthesize(
     multi-commodity flow LP (:mod:`commflow.synth.alltoall_lp`), ``pieces`` chunks per block
     (default :data:`ALLTOALL_CHUNKS`). ``latency`` (allgather): the SCCL step schedule with the
     fewest steps (:mod:`commflow.synth.steps`), each MILP given ``time_limit`` seconds
-    (default 30). ``balanced``: the program with the least simulated time at ``size`` bytes
-    (default 1 MiB) among the bandwidth synthesis with 1, 2, 4, ... ``pieces`` chunks, the
-    step schedule (allgather, up to 8 ranks, ``time_limit`` s per MILP, default 5) and the
-    registered algorithms, keeping those with at most ``max_steps`` sequential messages
-    (:func:`commflow.synth.balanced.balanced`). ``root`` is used by broadcast and reduce.
-    Raises ``AlgorithmError`` for an unknown objective, a collective no method covers or
-    (``balanced``) no candidate within ``max_steps``, and ``TopologyError`` when the ranks
+    (default 30). ``root`` is used by broadcast and reduce. Raises ``AlgorithmError`` for an
+    unknown objective or a collective no method covers, and ``TopologyError`` when the ranks
     are not connected.
     """
     kind = parse_collective(collective)
     if objective not in OBJECTIVES:
-        raise AlgorithmError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
+        raise AlgorithmError(
+            f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)} (the fastest "
+            "program at one size: commflow.tune.choose)")
     if objective == "latency":
         return _fewest_steps(kind, topology, time_limit)
     root = check_root(kind, topology.nranks, root)
-    if objective == "balanced":
-        most = pieces or (ALLTOALL_CHUNKS if kind is Collective.ALLTOALL else DEFAULT_PIECES)
-        return balanced(
-            kind,
-            topology,
-            synthesize,
-            pieces=most,
-            size=size,
-            max_steps=max_steps,
-            root=root,
-            time_limit=time_limit,
-        )
     if kind is Collective.ALLTOALL:
         flow = alltoall_flow(logical_edges(topology))
         chunks = pieces or ALLTOALL_CHUNKS

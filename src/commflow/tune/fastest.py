@@ -1,5 +1,5 @@
-"""The ``balanced`` objective: among synthesized and predefined programs, the one the
-simulator says is fastest for one message size.
+"""Choosing among synthesized and predefined programs the one the simulator says is fastest
+for one message size (the ``balanced`` objective of ``commflow synth``).
 
 Candidates (:func:`candidates`): the bandwidth synthesis (tree packing, or the alltoall LP)
 lowered with 1, 2, 4, ... up to ``pieces`` chunks per share; the latency step schedule
@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from commflow.algorithms import available, build_for
-from commflow.collectives import Collective
+from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program
 from commflow.sim import simulate
+from commflow.synth import ALLTOALL_CHUNKS, synthesize
 from commflow.topology.graph import Topology
 from commflow.topology.synthetic import fully_connected
 
 DEFAULT_SIZE = 1 << 20
-"""Message size (bytes, nccl-tests meaning) the ``balanced`` objective optimises by default."""
+"""Message size (bytes, nccl-tests meaning) :func:`choose` optimises by default."""
+
+DEFAULT_PIECES = 128
+"""Most pipelined chunks per share :func:`choose` tries in tree programs by default."""
 
 STEP_RANKS = 8
 """Largest rank count for which the latency step schedule (a MILP) is a candidate."""
@@ -35,13 +39,9 @@ STEP_RANKS = 8
 STEP_TIME_LIMIT = 5.0
 """Seconds each step-schedule MILP may take by default; an undecided one drops the candidate."""
 
-Synthesize = Callable[..., Program]
-""":func:`commflow.synth.synthesize`, passed in so this module does not import its caller."""
-
-
 @dataclass(frozen=True)
 class Candidate:
-    """One program the ``balanced`` objective considers."""
+    """One program :func:`choose` considers."""
 
     method: str
     """``"bandwidth"``, ``"latency"`` or the registered algorithm's name (e.g. ``"ring"``)."""
@@ -65,13 +65,12 @@ def message_depth(program: Program) -> int:
 def candidates(
     kind: Collective,
     topology: Topology,
-    synthesize: Synthesize,
     *,
     pieces: int,
     root: int | None = None,
     time_limit: float = STEP_TIME_LIMIT,
 ) -> Iterator[Candidate]:
-    """Every program the ``balanced`` objective compares for ``kind`` on ``topology``.
+    """Every program :func:`choose` compares for ``kind`` on ``topology``.
 
     ``pieces``: the most chunks per share (alltoall: per block) of the bandwidth synthesis,
     tried at 1, 2, 4, ... and ``pieces``; ``time_limit``: seconds per step-schedule MILP.
@@ -98,12 +97,11 @@ def candidates(
             continue
 
 
-def balanced(
-    kind: Collective,
+def choose(
+    collective: Collective | str,
     topology: Topology,
-    synthesize: Synthesize,
     *,
-    pieces: int,
+    pieces: int | None = None,
     size: float | None = None,
     max_steps: int | None = None,
     root: int | None = None,
@@ -111,7 +109,9 @@ def balanced(
 ) -> Program:
     """The fastest of :func:`candidates` at ``size`` bytes (default :data:`DEFAULT_SIZE`)
     under the alphabeta model, among those whose :func:`message_depth` is at most
-    ``max_steps`` (default: no limit). ``time_limit`` (seconds, default
+    ``max_steps`` (default: no limit). ``pieces``: the most chunks per share of the bandwidth
+    synthesis tried (1, 2, 4, ... ``pieces``; default :data:`DEFAULT_PIECES`, alltoall:
+    :data:`commflow.synth.ALLTOALL_CHUNKS` per block). ``time_limit`` (seconds, default
     :data:`STEP_TIME_LIMIT`) bounds each step-schedule MILP.
 
     The result is the winning program with ``params`` extended by ``method`` (see
@@ -119,19 +119,22 @@ def balanced(
     ``balanced_time`` (simulated seconds at that size). Raises ``AlgorithmError`` for a bad
     ``size``, ``max_steps`` or ``time_limit``, or when no candidate is within ``max_steps``.
     """
+    kind = parse_collective(collective)
+    if pieces is None:
+        pieces = ALLTOALL_CHUNKS if kind is Collective.ALLTOALL else DEFAULT_PIECES
     size = DEFAULT_SIZE if size is None else size
     if isinstance(size, bool) or not (isinstance(size, int | float) and 0 < size < math.inf):
-        raise AlgorithmError(f"balanced: size must be a positive number of bytes, got {size!r}")
+        raise AlgorithmError(f"choose: size must be a positive number of bytes, got {size!r}")
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
-        raise AlgorithmError(f"balanced: max_steps must be an integer >= 1, got {max_steps!r}")
+        raise AlgorithmError(f"choose: max_steps must be an integer >= 1, got {max_steps!r}")
     if pieces < 1:
-        raise AlgorithmError(f"balanced: pieces must be >= 1, got {pieces}")
+        raise AlgorithmError(f"choose: pieces must be >= 1, got {pieces}")
     if time_limit is not None and not time_limit > 0:
-        raise AlgorithmError(f"balanced: time_limit must be > 0 seconds, got {time_limit!r}")
+        raise AlgorithmError(f"choose: time_limit must be > 0 seconds, got {time_limit!r}")
     best: tuple[float, int, Candidate] | None = None
     depths = []
     limit = STEP_TIME_LIMIT if time_limit is None else time_limit
-    found = candidates(kind, topology, synthesize, pieces=pieces, root=root, time_limit=limit)
+    found = candidates(kind, topology, pieces=pieces, root=root, time_limit=limit)
     for candidate in found:
         depth = message_depth(candidate.program)
         depths.append(depth)
@@ -143,7 +146,7 @@ def balanced(
     if best is None:
         fewest = f"the fewest any has is {min(depths)}" if depths else "there are none"
         raise AlgorithmError(
-            f"balanced {kind.value} on {topology.name}: no candidate program within "
+            f"choosing {kind.value} on {topology.name}: no candidate program within "
             f"max_steps={max_steps} sequential messages ({fewest}); raise max_steps"
         )
     seconds, depth, winner = best

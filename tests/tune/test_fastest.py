@@ -1,4 +1,4 @@
-"""The ``balanced`` objective: the fastest candidate at one size, within ``max_steps``."""
+"""Choosing: the fastest candidate at one size, within ``max_steps``."""
 
 import networkx as nx
 import numpy as np
@@ -6,17 +6,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import commflow.tune.fastest as fastest
 from commflow import topology
 from commflow.algorithms import available, build, build_for, get
 from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program, match_transfers
 from commflow.sim import simulate
-from commflow.synth import balanced as balanced_module
-from commflow.synth import message_depth, synthesize
+from commflow.synth import synthesize
+from commflow.tune import choose, message_depth
 
 PIECES = 8
-"""Most pieces the tests let ``balanced`` try (1, 2, 4, 8): small programs, fast tests."""
+"""Most pieces the tests let ``choose`` try (1, 2, 4, 8): small programs, fast tests."""
 TINY, LARGE = 1 << 10, 1 << 30
 
 
@@ -62,7 +63,7 @@ def test_depth_matches_the_longest_message_chain(make):
 
 @pytest.fixture(scope="module")
 def dgx1_allgather():
-    """DGX-1 allgather candidates built here, independently of ``balanced.candidates``:
+    """DGX-1 allgather candidates built here, independently of ``tune.candidates``:
     ``(label, program, depth)``."""
     topo = topology.dgx1()
     found = [(f"trees x{p}", synthesize("allgather", topo, pieces=p)) for p in (1, 2, 4, 8)]
@@ -76,9 +77,9 @@ def _times(topo, found, size):
 
 
 @pytest.mark.parametrize("size", [TINY, LARGE])
-def test_balanced_is_the_fastest_candidate(dgx1_allgather, size):
+def test_choose_is_the_fastest_candidate(dgx1_allgather, size):
     topo, found = dgx1_allgather
-    program = synthesize("allgather", topo, objective="balanced", size=size, pieces=PIECES)
+    program = choose("allgather", topo, size=size, pieces=PIECES)
     params = dict(program.params)
     times = _times(topo, found, size)
     assert params["balanced_size"] == size
@@ -95,9 +96,7 @@ def test_max_steps_drops_deeper_candidates(dgx1_allgather):
     topo, found = dgx1_allgather
     times = _times(topo, found, LARGE)
     for most in (1, 3):
-        program = synthesize(
-            "allgather", topo, objective="balanced", size=LARGE, pieces=PIECES, max_steps=most
-        )
+        program = choose("allgather", topo, size=LARGE, pieces=PIECES, max_steps=most)
         params = dict(program.params)
         allowed = [times[label] for label, _, depth in found if depth <= most]
         assert params["depth"] <= most
@@ -106,7 +105,7 @@ def test_max_steps_drops_deeper_candidates(dgx1_allgather):
 
 
 def test_rooted_collectives_keep_their_root():
-    program = synthesize("broadcast", topology.load("ring4"), objective="balanced", root=2)
+    program = choose("broadcast", topology.load("ring4"), root=2)
     assert program.root == 2
 
 
@@ -122,21 +121,21 @@ def test_rooted_collectives_keep_their_root():
 )
 def test_bad_arguments_raise(kwargs, message):
     with pytest.raises(AlgorithmError, match=message):
-        synthesize("allgather", topology.load("ring4"), objective="balanced", **kwargs)
+        choose("allgather", topology.load("ring4"), **kwargs)
 
 
 def test_no_candidate_within_max_steps_raises(monkeypatch):
-    monkeypatch.setattr(balanced_module, "available", lambda kind: [get(kind, "ring")])
+    monkeypatch.setattr(fastest, "available", lambda kind: [get(kind, "ring")])
     ring4 = topology.load("ring4")
-    found = balanced_module.candidates(Collective.ALLGATHER, ring4, synthesize, pieces=PIECES)
+    found = fastest.candidates(Collective.ALLGATHER, ring4, pieces=PIECES)
     fewest = min(longest_message_chain(c.program) for c in found)
     with pytest.raises(
         AlgorithmError, match=rf"max_steps={fewest - 1} .*fewest any has is {fewest}"
     ):
-        synthesize("allgather", ring4, objective="balanced", pieces=PIECES, max_steps=fewest - 1)
+        choose("allgather", ring4, pieces=PIECES, max_steps=fewest - 1)
 
 
 def test_candidates_skip_methods_that_do_not_apply():
     ring4 = topology.load("ring4")
-    found = balanced_module.candidates(Collective.GATHER, ring4, synthesize, pieces=2, root=0)
+    found = fastest.candidates(Collective.GATHER, ring4, pieces=2, root=0)
     assert [c.method for c in found] == [a.name for a in available("gather")]

@@ -1,0 +1,76 @@
+"""``commflow tune``: the fastest registered algorithm per size range, as a tuning table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from commflow.cli._output import echo_json, err, number, out, table
+from commflow.errors import CommflowError
+from commflow.topology import load
+from commflow.units import format_size, parse_size, size_range
+
+_LARGEST = 2**63 - 1
+
+
+def tune(
+    collectives: str = typer.Argument(
+        "allreduce", help="Collective(s), comma-separated: allreduce,allgather,..."
+    ),
+    topo: str = typer.Option(..., "--topo", "-t", help="Topology: preset name or file."),
+    begin: str = typer.Option("1K", "-b", "--minbytes", help="Smallest size tuned."),
+    end: str = typer.Option("4G", "-e", "--maxbytes", help="Largest size tuned."),
+    factor: int = typer.Option(4, "-f", "--stepfactor", help="Size multiplier between sizes."),
+    model: str = typer.Option("alphabeta", "--model", "-m", help="alphabeta or flow."),
+    output: Path = typer.Option(None, "-o", "--output", help="Write the table (JSON) here."),
+    nccl_csv: Path = typer.Option(
+        None, "--nccl-csv", help="Write NCCL tuner-plugin rules (NCCL_TUNER_CONFIG_FILE) here."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
+) -> None:
+    """Rank every registered algorithm on a topology by the simulator at sizes -b to -e and
+    keep the fastest per size range (offline tuning).
+
+    A rule covers the sizes above the previous rule's up to its own (inclusive); the first
+    starts at 0 bytes and the last covers every larger size. time(us) is the winner's
+    simulated time at the largest size of its range that was tuned. The table is keyed by
+    the topology's fingerprint; --nccl-csv writes the rules whose algorithm NCCL has (ring,
+    double binary tree as tree) for NCCL's example tuner plugin.
+
+    [bold]Examples[/bold]
+
+      commflow tune allreduce --topo dgx1
+      commflow tune allreduce,allgather --topo dgx-a100x2 -o table.json --nccl-csv nccl.csv
+    """
+    from commflow.tune import offline_table
+
+    topology = load(topo)
+    sizes = size_range(parse_size(begin), parse_size(end), factor)
+    names = [c.strip() for c in collectives.split(",") if c.strip()]
+    if not names:
+        raise CommflowError("commflow tune: name at least one collective")
+    result = offline_table(names, topology, sizes, model=model)
+    if output is not None:
+        result.save(output)
+    if nccl_csv is not None:
+        try:
+            nccl_csv.write_text(result.to_nccl_csv())
+        except OSError as error:
+            raise CommflowError(f"cannot write {nccl_csv}: {error.strerror}") from None
+    if as_json:
+        echo_json(json.loads(result.to_json()))
+        return
+    out.print(f"# {escape(topology.name)} ({topology.nranks} ranks), model {escape(model)}, "
+              f"{len(sizes)} sizes {format_size(sizes[0])}..{format_size(sizes[-1])}")
+    rows = table("collective", "above", "up to", "algo", "time(us)")
+    for rule in result.rules:
+        above = "-" if rule.min_bytes == 0 else format_size(rule.min_bytes - 1)
+        top = "-" if rule.max_bytes == _LARGEST else format_size(rule.max_bytes)
+        rows.add_row(rule.collective.value, above, top, rule.algo, number(rule.time_us))
+    out.print(rows)
+    for path in (output, nccl_csv):
+        if path is not None:
+            err.print(f"wrote {escape(str(path))}")

@@ -1,0 +1,39 @@
+"""Tuning: the one place that chooses among programs.
+
+Synthesis (:mod:`commflow.synth`) and the registry (:mod:`commflow.algorithms`) make programs;
+this package ranks them by the simulator and picks:
+
+- :func:`choose`: the fastest program for one size (``commflow synth --objective balanced``),
+  among the bandwidth synthesis at 1, 2, 4, ... pieces, the step schedule and every registered
+  algorithm (:func:`candidates`), within a message depth (:func:`message_depth`).
+- :func:`rank`: every candidate's simulated time at one size, fastest first.
+- :func:`offline_table`: the fastest registered algorithm per size range, as a
+  :class:`~commflow.tuning_table.TuningTable` (JSON, NCCL tuner CSV) for ``commflow tune``.
+"""
+
+from commflow.tune.fastest import (
+    DEFAULT_PIECES,
+    DEFAULT_SIZE,
+    STEP_RANKS,
+    STEP_TIME_LIMIT,
+    Candidate,
+    candidates,
+    choose,
+    message_depth,
+)
+from commflow.tune.offline import Ranked, offline_table, rank, registered
+
+__all__ = [
+    "DEFAULT_PIECES",
+    "DEFAULT_SIZE",
+    "STEP_RANKS",
+    "STEP_TIME_LIMIT",
+    "Candidate",
+    "Ranked",
+    "candidates",
+    "choose",
+    "message_depth",
+    "offline_table",
+    "rank",
+    "registered",
+]

@@ -1,0 +1,166 @@
+"""The tuning table: which algorithm to run per collective, rank count and size range, for one
+topology (by fingerprint). :mod:`commflow.tune` writes it; a runtime reads it.
+
+JSON document ``{"format": "commflow.tuning", "version": 1, "fingerprint": "...",
+"topology": "dgx1", "model": "flow", "rules": [{"collective": "allreduce", "nranks": 8,
+"min_bytes": 0, "max_bytes": 65535, "algo": "double_binary_tree", "time_us": 12.3}, ...]}``:
+ranges are inclusive and do not overlap per ``(collective, nranks)``; ``time_us`` is the
+predicted (or measured) time at the largest size tuned within the range, for information.
+Reading is strict: a malformed document raises :class:`~commflow.errors.CommflowError`
+naming the field.
+
+:meth:`TuningTable.to_nccl_csv` writes the rules NCCL's example tuner plugin reads
+(``NCCL_TUNER_CONFIG_FILE``: ``collective_type,min_bytes,max_bytes,algorithm,protocol,channels,
+nNodes,nRanks``), for the algorithms NCCL has (ring, double binary tree as ``tree``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from commflow.collectives import Collective, parse_collective
+from commflow.errors import CommflowError
+
+FORMAT = "commflow.tuning"
+VERSION = 1
+NCCL_ALGOS = {"ring": "ring", "double_binary_tree": "tree"}
+"""commflow algorithms NCCL also has, by NCCL's tuner name."""
+_NCCL_COLLS = {Collective.ALLREDUCE: "allreduce", Collective.ALLGATHER: "allgather",
+               Collective.REDUCESCATTER: "reducescatter", Collective.BROADCAST: "broadcast",
+               Collective.REDUCE: "reduce"}
+_MAX_SIZE = 2**63 - 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """Run ``algo`` for ``collective`` on ``nranks`` ranks at sizes ``min_bytes..max_bytes``
+    (bytes, inclusive, nccl-tests convention)."""
+
+    collective: Collective
+    """The collective."""
+    nranks: int
+    """Ranks of the communicator."""
+    min_bytes: int
+    """Smallest size the rule covers."""
+    max_bytes: int
+    """Largest size the rule covers."""
+    algo: str
+    """Registered algorithm name, or a program file's name."""
+    time_us: float
+    """Time in microseconds (predicted or measured) at the largest size tuned in the range."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.nranks, int) and self.nranks >= 1):
+            raise CommflowError(f"tuning rule: nranks must be an integer >= 1, got {self.nranks!r}")
+        if not (isinstance(self.min_bytes, int) and isinstance(self.max_bytes, int)
+                and 0 <= self.min_bytes <= self.max_bytes <= _MAX_SIZE):
+            raise CommflowError(
+                f"tuning rule: need 0 <= min_bytes <= max_bytes < 2**63 (integers), got "
+                f"{self.min_bytes!r}..{self.max_bytes!r}")
+        if not (isinstance(self.algo, str) and self.algo):
+            raise CommflowError(f"tuning rule: algo must be a non-empty string, got {self.algo!r}")
+        if not (isinstance(self.time_us, int | float) and not isinstance(self.time_us, bool)
+                and math.isfinite(self.time_us) and self.time_us >= 0):
+            raise CommflowError(f"tuning rule: time_us must be a finite number >= 0, got "
+                                f"{self.time_us!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuningTable:
+    """Rules for one topology; see the module docstring."""
+
+    fingerprint: str
+    """:func:`commflow.topology.fingerprint` of the topology the rules were made for."""
+    topology: str
+    """The topology's name, for people."""
+    model: str
+    """Where the times come from: a simulator model (``alphabeta``, ``flow``) or ``live``."""
+    rules: tuple[Rule, ...]
+    """The rules, sorted by collective, rank count and size."""
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.rules, key=lambda r: (r.collective.value, r.nranks,
+                                                          r.min_bytes)))
+        object.__setattr__(self, "rules", ordered)
+        for a, b in zip(ordered, ordered[1:], strict=False):
+            if (a.collective, a.nranks) == (b.collective, b.nranks) and b.min_bytes <= a.max_bytes:
+                raise CommflowError(
+                    f"tuning table: {a.collective.value} on {a.nranks} ranks has overlapping "
+                    f"rules ({a.min_bytes}..{a.max_bytes} and {b.min_bytes}..{b.max_bytes})")
+
+    def lookup(self, collective: Collective | str, nranks: int, size: int) -> str | None:
+        """The algorithm for a ``size``-byte ``collective`` on ``nranks`` ranks, or ``None``
+        when no rule covers it."""
+        coll = parse_collective(collective)
+        for rule in self.rules:
+            if (rule.collective, rule.nranks) == (coll, nranks) and \
+                    rule.min_bytes <= size <= rule.max_bytes:
+                return rule.algo
+        return None
+
+    def to_json(self) -> str:
+        """The table as a ``commflow.tuning`` version-1 JSON document."""
+        rules = [{**asdict(r), "collective": r.collective.value} for r in self.rules]
+        return json.dumps({"format": FORMAT, "version": VERSION, "fingerprint": self.fingerprint,
+                           "topology": self.topology, "model": self.model, "rules": rules},
+                          indent=1)
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`to_json` to ``path``; ``CommflowError`` when it cannot be written."""
+        try:
+            Path(path).write_text(self.to_json())
+        except OSError as error:
+            raise CommflowError(f"cannot write tuning table {path}: {error.strerror}") from None
+
+    def to_nccl_csv(self, *, nnodes: int = -1) -> str:
+        """Rules for NCCL's example tuner plugin, one line per rule whose algorithm NCCL has
+        (:data:`NCCL_ALGOS`; others are left to NCCL's own choice), protocol and channels left
+        to NCCL (``-1``)."""
+        lines = ["collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"]
+        for r in self.rules:
+            if r.algo in NCCL_ALGOS and r.collective in _NCCL_COLLS:
+                lines.append(f"{_NCCL_COLLS[r.collective]},{r.min_bytes},{r.max_bytes},"
+                             f"{NCCL_ALGOS[r.algo]},-1,-1,{nnodes},{r.nranks}")
+        return "\n".join(lines) + "\n"
+
+
+def from_json(text: str) -> TuningTable:
+    """Parse a ``commflow.tuning`` document; ``CommflowError`` naming the bad field."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise CommflowError(f"tuning table: not JSON ({error})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise CommflowError(f"tuning table: 'format' must be {FORMAT!r}")
+    if doc.get("version") != VERSION:
+        raise CommflowError(f"tuning table: version {doc.get('version')!r} is not supported "
+                            f"(this commflow reads version {VERSION})")
+    for key in ("fingerprint", "topology", "model"):
+        if not isinstance(doc.get(key), str):
+            raise CommflowError(f"tuning table: {key!r} must be a string")
+    if not isinstance(doc.get("rules"), list):
+        raise CommflowError("tuning table: 'rules' must be a list")
+    rules = []
+    fields = {"collective", "nranks", "min_bytes", "max_bytes", "algo", "time_us"}
+    for i, item in enumerate(doc["rules"]):
+        if not isinstance(item, dict) or set(item) != fields:
+            raise CommflowError(f"tuning table: rules[{i}] must have exactly the fields "
+                                f"{', '.join(sorted(fields))}")
+        try:
+            rules.append(Rule(**{**item, "collective": parse_collective(str(item["collective"]))}))
+        except CommflowError as error:
+            raise CommflowError(f"rules[{i}]: {error}") from None
+    return TuningTable(fingerprint=doc["fingerprint"], topology=doc["topology"],
+                       model=doc["model"], rules=tuple(rules))
+
+
+def load_table(path: str | Path) -> TuningTable:
+    """Read a tuning table file; ``CommflowError`` when missing or malformed."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise CommflowError(f"cannot read tuning table {path}: {error.strerror}") from None
+    return from_json(text)

@@ -1,5 +1,6 @@
 """Synthesis benchmark: synthesis time and simulated algbw against the lower bound, the
-NVLink-following ring and the double binary tree.
+NVLink-following ring, the double binary tree and NCCL-like rings (one per NIC rail,
+``multi_ring``).
 
 Run: ``.venv/bin/python benchmarks/synth_bench.py [--model flow|alphabeta] [--size 1G]
 [--max-sim-steps N] [--collectives allgather,...] [topology ...]`` (topology names as
@@ -62,15 +63,17 @@ def _row(name: str, collective: str, args: argparse.Namespace) -> str:
         shape += " streams"
     steps = len(program.table)
     if steps > args.max_sim_steps:
-        got = ratio = ring = tree = "-"
+        got = ratio = ring = tree = rings = gain = "-"
     else:
         algbw = _algbw(program, topo, args.size, args.model)
         got, ratio = f"{algbw:.1f}", f"{100 * algbw / bound:.2f}"
         ring = _baseline(collective, "ring", topo, args.size, args.model)
         tree = _baseline(collective, "double_binary_tree", topo, args.size, args.model)
+        rings = _baseline(collective, "multi_ring", topo, args.size, args.model)
+        gain = "n/a" if rings == "n/a" else f"{algbw / float(rings):.2f}x"
     return (
         f"| {name} | {topo.nranks} | {collective} | {elapsed:.2f} | {shape} | {steps} "
-        f"| {bound:.1f} | {got} | {ratio} | {ring} | {tree} |"
+        f"| {bound:.1f} | {got} | {ratio} | {ring} | {tree} | {rings} | {gain} |"
     )
 
 
@@ -85,9 +88,10 @@ def main() -> None:
     print(f"model={args.model} size={args.size:.0f} bytes")
     print(
         "| topology | ranks | collective | synth time (s) | units x pieces | steps "
-        "| bound GB/s | synth GB/s | % of bound | ring GB/s | tree GB/s |"
+        "| bound GB/s | synth GB/s | % of bound | ring GB/s | tree GB/s | multi_ring GB/s "
+        "| synth / multi_ring |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.topologies:
         for collective in args.collectives.split(","):
             print(_row(name, collective, args), flush=True)

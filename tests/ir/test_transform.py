@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from commflow.algorithms import build
 from commflow.errors import ProgramError
 from commflow.ir import relabel, verify
+from commflow.ir.transform import stack
 
 CASES = [("allreduce", "ring"), ("allgather", "ring"), ("reducescatter", "ring"),
          ("broadcast", "ring"), ("alltoall", "pairwise"), ("gather", "direct"),
@@ -54,3 +55,37 @@ def test_identity_relabel_keeps_every_column():
     same = relabel(program, range(8))
     for column in ("part", "peer", "src_off", "dst_off", "op", "count"):
         assert np.array_equal(getattr(program.table, column), getattr(same.table, column))
+
+
+ONE_BLOCK_PER_STEP = [case for case in CASES if case != ("scatter", "binomial_tree")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(ONE_BLOCK_PER_STEP), st.integers(2, 7), st.integers(1, 3),
+       st.randoms(use_true_random=False))
+def test_stacked_programs_verify_on_shares_of_the_data(case, n, k, rnd):
+    """k copies of an algorithm, each laid out on its own order, side by side."""
+    collective, name = case
+    base = build(collective, name, n, chunks=1)
+    copies = []
+    for _ in range(k):
+        order = list(range(n))
+        if collective in ("allreduce", "allgather", "reducescatter"):
+            rnd.shuffle(order)
+        copies.append(relabel(base, order))
+    stacked = stack(copies)
+    verify(stacked)
+    assert stacked.chunk_factor == k * base.chunk_factor
+    assert stacked.nsteps == k * base.nsteps
+    assert len({c for chans in stacked.channels for c in chans}) >= k
+    assert dict(stacked.params)["stacked"] == k
+
+
+def test_stack_refuses_mismatched_programs():
+    with pytest.raises(ProgramError, match="differs"):
+        stack([build("allreduce", "ring", 4), build("allreduce", "ring", 5)])
+    with pytest.raises(ProgramError, match="at least one"):
+        stack([])
+    halves = build("scatter", "binomial_tree", 4)  # sends half the blocks at once
+    with pytest.raises(ProgramError, match="moves chunks of several blocks"):
+        stack([halves, halves])

@@ -46,3 +46,26 @@ def test_multi_box_mi250_orders_each_box_contiguously():
 @pytest.mark.parametrize("topology", [ring(6), switch(5), dgx_a100(2), load("fc8")])
 def test_identity_when_nothing_is_gained(topology):
     assert ring_order(topology) == tuple(range(topology.nranks))
+
+
+def test_rail_rings_cross_boxes_rail_to_rail_and_use_every_nic_once_each_way():
+    from commflow.topology import NodeKind, rail_rings
+
+    topology = load("dgx-a100x2")
+    rings = rail_rings(topology)
+    assert len(rings) == 8
+    nic_of = {link.src: link.dst for link in topology.links
+              if link.src < topology.nranks and topology.nodes[link.dst].kind is NodeKind.NIC}
+    rail = {r: [u.dst for u in topology.out_links(nic_of[r])
+                if topology.nodes[u.dst].kind is NodeKind.SWITCH] for r in nic_of}
+    sends, receives = [], []
+    for order in rings:
+        assert _is_permutation(order, 16)
+        for i, src in enumerate(order):
+            dst = order[(i + 1) % 16]
+            if topology.box_of(src) != topology.box_of(dst):
+                assert rail[src] == rail[dst]
+                sends.append(src)
+                receives.append(dst)
+    assert sorted(sends) == sorted(receives) == list(range(16))
+    assert rail_rings(dgx1()) == (ring_order(dgx1()),)

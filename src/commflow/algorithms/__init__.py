@@ -12,6 +12,7 @@ from commflow.algorithms import (  # noqa: F401 (imported to register the famili
     double_binary_tree,
     halving_doubling,
     hierarchical,
+    multi_ring,
     pairwise,
     recursive_doubling,
     ring,

@@ -7,7 +7,7 @@ from commflow.algorithms.registry import build, get
 from commflow.collectives import Collective
 from commflow.ir import Program
 from commflow.topology.graph import Topology
-from commflow.topology.rings import ring_order
+from commflow.topology.rings import rail_rings, ring_order
 
 
 def build_for(collective: Collective | str, name: str, topology: Topology,
@@ -15,7 +15,8 @@ def build_for(collective: Collective | str, name: str, topology: Topology,
     """Generate algorithm ``name`` for every rank of ``topology``.
 
     Unless given in ``params``: ``ring`` follows :func:`~commflow.topology.ring_order` (a
-    cycle over the fastest direct links, e.g. 0 1 3 2 6 7 5 4 on a DGX-1), and
+    cycle over the fastest direct links, e.g. 0 1 3 2 6 7 5 4 on a DGX-1), ``multi_ring``
+    takes :func:`~commflow.topology.rail_rings` (one ring per NIC rail), and
     ``hierarchical`` takes the ranks of one box as its ``box`` when the topology has several
     boxes of equal size. Other parameters go to :func:`~commflow.algorithms.build`.
     """
@@ -23,6 +24,8 @@ def build_for(collective: Collective | str, name: str, topology: Topology,
     n = topology.nranks
     if name == "ring" and "order" not in params:
         params["order"] = ring_order(topology)
+    if name == "multi_ring" and "orders" not in params:
+        params["orders"] = rail_rings(topology)
     if "box" in algorithm.params and "box" not in params and topology.nboxes > 1 \
             and n % topology.nboxes == 0:
         params["box"] = n // topology.nboxes

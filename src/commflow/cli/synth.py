@@ -17,8 +17,9 @@ from commflow.sim import lower_bound, simulate
 from commflow.topology import load
 from commflow.units import format_size, parse_size, size_range
 
-BASELINES = ("ring", "double_binary_tree")
-"""Predefined algorithms shown for comparison (``-`` where one does not apply)."""
+BASELINES = ("ring", "multi_ring", "double_binary_tree")
+"""Predefined algorithms shown for comparison (``-`` where one does not apply); ``multi_ring``
+is NCCL's: one ring per NIC rail on clusters with a NIC per GPU."""
 
 
 def _baseline_algbw(collective, name, topology, size, model) -> float | None:

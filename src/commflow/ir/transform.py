@@ -117,3 +117,65 @@ def repeat(program: Program, loops: int) -> Program:
         dep_ptr=dep_ptr, dep_idx=dep_idx,
         switches=len(program.participants) - program.nranks, params=dict(program.params),
     )
+
+
+def stack(programs: Sequence[Program], *, name: str | None = None) -> Program:
+    """One program running ``programs`` side by side, each on its own share of the data: the
+    ``j``-th of ``k`` programs works on chunks ``j * cf .. (j+1) * cf - 1`` of every block of
+    the result (``cf`` = their chunk factor; the result's is ``k * cf``), on channels of its
+    own, with scratch of its own. NCCL's channels are this: one ring per channel, each over
+    its own part of the buffer, each ring free to take its own rank order.
+
+    Raises ``ProgramError`` when the programs differ in collective, rank count, chunk factor,
+    root or participants, or a step moves chunks of several blocks at once.
+    """
+    if not programs:
+        raise ProgramError("stack needs at least one program")
+    first = programs[0]
+    shape = (first.collective, first.nranks, first.chunk_factor, first.root,
+             len(first.participants))
+    for p in programs[1:]:
+        if (p.collective, p.nranks, p.chunk_factor, p.root, len(p.participants)) != shape:
+            raise ProgramError(f"stack: {p.name} differs from {first.name} in collective, rank "
+                               "count, chunk factor, root or participants")
+    k, cf = len(programs), first.chunk_factor
+    scratch = max(part.scratch_chunks for p in programs for part in p.participants)
+    names = ("part", "chan", "op", "peer", "count", "src_buf", "src_off", "dst_buf", "dst_off")
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in names}
+    deps_ptr, deps_idx, base, chan_base = [np.zeros(1, dtype=np.int64)], [], 0, 0
+    for j, p in enumerate(programs):
+        t = p.table
+        for side in ("src", "dst"):
+            buf, off = getattr(t, f"{side}_buf"), getattr(t, f"{side}_off").astype(np.int64)
+            blocked = np.isin(buf, _BLOCKED.get(p.collective, ()))
+            block = off // cf
+            if np.any(blocked & ((off + t.count - 1) // cf != block)):
+                i = int(np.flatnonzero(blocked & ((off + t.count - 1) // cf != block))[0])
+                raise ProgramError(f"stack: {p.name} step {p.where(i)} moves chunks of several "
+                                   "blocks at once")
+            new = np.where(blocked, block * k * cf + j * cf + off % cf, off + j * cf)
+            new = np.where(buf == Buffer.SCRATCH, off + j * scratch, new)
+            parts[f"{side}_off"].append(np.where(buf >= 0, new, off))
+            parts[f"{side}_buf"].append(buf)
+        for c in ("part", "op", "peer", "count"):
+            parts[c].append(getattr(t, c))
+        parts["chan"].append(t.chan.astype(np.int64) + chan_base)
+        chan_base += int(t.chan.max()) + 1 if len(t) else 0
+        deps_ptr.append(t.dep_ptr[1:] + deps_ptr[-1][-1])
+        deps_idx.append(t.dep_idx + base)
+        base += len(t)
+    columns = {c: np.concatenate(v) for c, v in parts.items()}
+    dep_ptr, dep_idx = np.concatenate(deps_ptr), np.concatenate(deps_idx)
+    order = np.lexsort((np.arange(base), columns["chan"], columns["part"]))
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(base)
+    counts = np.diff(dep_ptr)
+    owner = inverse[np.repeat(np.arange(base), counts)]
+    return make_program(
+        name or first.name, first.collective, first.nranks, chunk_factor=k * cf,
+        columns={c: v[order] for c, v in columns.items()}, root=first.root,
+        dep_ptr=np.concatenate(([0], np.cumsum(counts[order]))),
+        dep_idx=inverse[dep_idx][np.argsort(owner, kind="stable")],
+        switches=len(first.participants) - first.nranks,
+        params={**dict(first.params), "stacked": k},
+    )

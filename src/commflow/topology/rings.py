@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commflow.topology.graph import Topology
+from commflow.topology.graph import NodeKind, Topology
 
 SEARCH_LIMIT = 200_000
 """Depth-first search expansions before :func:`ring_order` settles for the best cycle found."""
@@ -90,3 +90,37 @@ def _hamiltonian_cycle(allowed: np.ndarray, bw: np.ndarray) -> tuple[int, ...] |
             continue
         stack.append(iter(succ[nxt]))
     return None
+
+
+def rail_rings(topology: Topology) -> tuple[tuple[int, ...], ...]:
+    """NCCL's rings on a cluster whose ranks each have a NIC of their own (DGX A100/H100):
+    one ring per local rank ``c``, which enters every box at local rank ``c`` and leaves it
+    from the next local rank whose NIC is on the same rail (the same first switch), so that
+    the ring crosses boxes rail to rail and the rings together use every NIC once each way.
+    Within a box the ring visits the other ranks in local order. Topologies without a NIC per
+    rank, or with one box, get the single :func:`ring_order`."""
+    n = topology.nranks
+    rail = [None] * n
+    for link in topology.links:
+        if link.src < n and topology.nodes[link.dst].kind is NodeKind.NIC:
+            ups = [up.dst for up in topology.out_links(link.dst)
+                   if topology.nodes[up.dst].kind is NodeKind.SWITCH]
+            rail[link.src] = min(ups) if ups else None
+    boxes: dict[int, list[int]] = {}
+    for r in range(n):
+        boxes.setdefault(topology.box_of(r), []).append(r)
+    size = len(next(iter(boxes.values())))
+    if (topology.nboxes < 2 or any(r is None for r in rail)
+            or any(len(m) != size for m in boxes.values())):
+        return (ring_order(topology),)
+    rings = []
+    for c in range(size):
+        members = boxes[0]
+        out = next((d for d in range(1, size) if rail[members[(c + d) % size]] == rail[members[c]]),
+                   None)
+        if out is None:
+            return (ring_order(topology),)
+        leave = (c + out) % size
+        inner = [c] + [x for x in range(size) if x not in (c, leave)] + [leave]
+        rings.append(tuple(m[x] for m in boxes.values() for x in inner))
+    return tuple(rings)

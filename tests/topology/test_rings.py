@@ -48,11 +48,11 @@ def test_identity_when_nothing_is_gained(topology):
     assert ring_order(topology) == tuple(range(topology.nranks))
 
 
-def test_rail_rings_cross_boxes_rail_to_rail_and_use_every_nic_once_each_way():
-    from commflow.topology import NodeKind, rail_rings
+def test_nccl_rings_cross_boxes_rail_to_rail_and_use_every_nic_once_each_way():
+    from commflow.topology import NodeKind, nccl_rings
 
     topology = load("dgx-a100x2")
-    rings = rail_rings(topology)
+    rings = nccl_rings(topology)
     assert len(rings) == 8
     nic_of = {link.src: link.dst for link in topology.links
               if link.src < topology.nranks and topology.nodes[link.dst].kind is NodeKind.NIC}
@@ -68,4 +68,21 @@ def test_rail_rings_cross_boxes_rail_to_rail_and_use_every_nic_once_each_way():
                 sends.append(src)
                 receives.append(dst)
     assert sorted(sends) == sorted(receives) == list(range(16))
-    assert rail_rings(dgx1()) == (ring_order(dgx1()),)
+    assert nccl_rings(load("dgx-a100")) == (ring_order(load("dgx-a100")),)  # NVSwitch box
+
+
+@pytest.mark.parametrize("make", [dgx1, mi250])
+def test_nccl_rings_over_direct_links_take_each_parallel_link_at_most_once(make):
+    from commflow.topology import nccl_rings
+
+    topology = make()
+    rings = nccl_rings(topology)
+    assert len(rings) >= 4
+    used: dict[tuple[int, int], int] = {}
+    for order in rings:
+        assert _is_permutation(order, topology.nranks)
+        for i, src in enumerate(order):
+            hop = (src, order[(i + 1) % len(order)])
+            used[hop] = used.get(hop, 0) + 1
+    for (src, dst), times in used.items():
+        assert topology.link(src, dst) is not None and times <= topology.link(src, dst).count

@@ -1,7 +1,9 @@
 """Several rings side by side, each over its own share of the data and its own rank order:
-NCCL's channels. On clusters with a NIC per GPU, :func:`commflow.topology.rail_rings` gives one
-ring per local rank, crossing boxes rail to rail, so the rings together use every NIC: the
-baseline users actually run, where a single ring crosses boxes through one NIC.
+NCCL's channels. :func:`commflow.topology.nccl_rings` gives the rings NCCL would build: on
+clusters with a NIC per GPU one ring per local rank, crossing boxes rail to rail, so the
+rings together use every NIC; in boxes of direct links (DGX-1, MI250) cycles over disjoint
+NVLinks/xGMI links. This is the baseline users actually run, where a single ring crosses
+boxes through one NIC and uses one NVLink per GPU.
 
 Cost: with ``k`` rings of orders whose slowest hop has bandwidth ``b_i``, the ring algorithm's
 cost on ``n/k`` bytes each, the slowest ring setting the time (allreduce:

@@ -7,7 +7,7 @@ from commflow.algorithms.registry import build, get
 from commflow.collectives import Collective
 from commflow.ir import Program
 from commflow.topology.graph import Topology
-from commflow.topology.rings import rail_rings, ring_order
+from commflow.topology.rings import nccl_rings, ring_order
 
 
 def build_for(collective: Collective | str, name: str, topology: Topology,
@@ -16,7 +16,7 @@ def build_for(collective: Collective | str, name: str, topology: Topology,
 
     Unless given in ``params``: ``ring`` follows :func:`~commflow.topology.ring_order` (a
     cycle over the fastest direct links, e.g. 0 1 3 2 6 7 5 4 on a DGX-1), ``multi_ring``
-    takes :func:`~commflow.topology.rail_rings` (one ring per NIC rail), and
+    takes :func:`~commflow.topology.nccl_rings` (NCCL's channels), and
     ``hierarchical`` takes the ranks of one box as its ``box`` when the topology has several
     boxes of equal size. Other parameters go to :func:`~commflow.algorithms.build`.
     """
@@ -25,7 +25,7 @@ def build_for(collective: Collective | str, name: str, topology: Topology,
     if name == "ring" and "order" not in params:
         params["order"] = ring_order(topology)
     if name == "multi_ring" and "orders" not in params:
-        params["orders"] = rail_rings(topology)
+        params["orders"] = nccl_rings(topology)
     if "box" in algorithm.params and "box" not in params and topology.nboxes > 1 \
             and n % topology.nboxes == 0:
         params["box"] = n // topology.nboxes

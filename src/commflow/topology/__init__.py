@@ -8,7 +8,7 @@ from commflow.topology.fingerprint import fingerprint, isomorphic
 from commflow.topology.formats.json_yaml import dump, save
 from commflow.topology.graph import Link, Node, NodeKind, Topology, duplex, make_topology
 from commflow.topology.load import load, presets
-from commflow.topology.rings import rail_rings, ring_order
+from commflow.topology.rings import nccl_rings, ring_order
 from commflow.topology.routing import diameter, rank_hops, routes
 from commflow.topology.synthetic import fat_tree, fully_connected, line, ring, switch, torus
 from commflow.topology.systems import dgx1, dgx2, dgx_a100, dgx_h100, mi250, ndv2
@@ -35,7 +35,7 @@ __all__ = [
     "mi250",
     "ndv2",
     "presets",
-    "rail_rings",
+    "nccl_rings",
     "rank_hops",
     "ring",
     "ring_order",

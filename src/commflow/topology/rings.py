@@ -92,15 +92,25 @@ def _hamiltonian_cycle(allowed: np.ndarray, bw: np.ndarray) -> tuple[int, ...] |
     return None
 
 
-def rail_rings(topology: Topology) -> tuple[tuple[int, ...], ...]:
-    """NCCL's rings on a cluster whose ranks each have a NIC of their own (DGX A100/H100):
-    one ring per local rank ``c``, which enters every box at local rank ``c`` and leaves it
-    from the next local rank whose NIC is on the same rail (the same first switch), so that
-    the ring crosses boxes rail to rail and the rings together use every NIC once each way.
-    Within a box the ring visits the other ranks in local order. Topologies without a NIC per
-    rank, or with one box, get the single :func:`ring_order`."""
+def nccl_rings(topology: Topology, *, most: int = 16) -> tuple[tuple[int, ...], ...]:
+    """Rings as NCCL builds its channels, at most ``most`` of them.
+
+    - Several boxes whose ranks each have a NIC: one ring per local rank ``c``, entering every
+      box at local rank ``c`` and leaving it from the next local rank whose NIC is on the same
+      rail (the same first switch), so rings cross boxes rail to rail and together use every
+      NIC once each way; within a box the ring visits the other ranks in local order.
+    - Ranks joined by direct links (DGX-1, MI250): Hamiltonian cycles found one after another,
+      each taking one of the parallel links (NVLinks, xGMI) of every hop it uses, until no
+      cycle is left over the remaining links.
+    - Otherwise (an NVSwitch box, one NIC per box): the single :func:`ring_order`.
+    """
+    rings = _rail_rings(topology) or _link_rings(topology, most)
+    return tuple(rings[:most]) if rings else (ring_order(topology),)
+
+
+def _rail_rings(topology: Topology) -> list[tuple[int, ...]]:
     n = topology.nranks
-    rail = [None] * n
+    rail: list[int | None] = [None] * n
     for link in topology.links:
         if link.src < n and topology.nodes[link.dst].kind is NodeKind.NIC:
             ups = [up.dst for up in topology.out_links(link.dst)
@@ -109,18 +119,34 @@ def rail_rings(topology: Topology) -> tuple[tuple[int, ...], ...]:
     boxes: dict[int, list[int]] = {}
     for r in range(n):
         boxes.setdefault(topology.box_of(r), []).append(r)
-    size = len(next(iter(boxes.values())))
+    size = len(boxes[topology.box_of(0)])
     if (topology.nboxes < 2 or any(r is None for r in rail)
             or any(len(m) != size for m in boxes.values())):
-        return (ring_order(topology),)
-    rings = []
+        return []
+    members, rings = boxes[topology.box_of(0)], []
     for c in range(size):
-        members = boxes[0]
-        out = next((d for d in range(1, size) if rail[members[(c + d) % size]] == rail[members[c]]),
-                   None)
+        out = next((d for d in range(1, size)
+                    if rail[members[(c + d) % size]] == rail[members[c]]), None)
         if out is None:
-            return (ring_order(topology),)
+            return []
         leave = (c + out) % size
         inner = [c] + [x for x in range(size) if x not in (c, leave)] + [leave]
         rings.append(tuple(m[x] for m in boxes.values() for x in inner))
-    return tuple(rings)
+    return rings
+
+
+def _link_rings(topology: Topology, most: int) -> list[tuple[int, ...]]:
+    n = topology.nranks
+    left = np.zeros((n, n))
+    for link in topology.links:
+        if link.src < n and link.dst < n:
+            left[link.src, link.dst] += link.count
+    rings: list[tuple[int, ...]] = []
+    while len(rings) < most and n > 2:
+        cycle = _hamiltonian_cycle(left > 0, left)
+        if cycle is None:
+            break
+        rings.append(cycle)
+        for i, u in enumerate(cycle):
+            left[u, cycle[(i + 1) % n]] -= 1
+    return rings

@@ -36,6 +36,7 @@ app.command("bench")(bench)
 app.command("plan")(plan.plan)
 app.command("synth")(synth.synth)
 app.command("tune")(tune.tune)
+app.command("calibrate")(tune.calibrate)
 
 
 def main(argv: list[str] | None = None) -> None:

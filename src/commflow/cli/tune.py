@@ -74,3 +74,59 @@ def tune(
     for path in (output, nccl_csv):
         if path is not None:
             err.print(f"wrote {escape(str(path))}")
+
+
+def calibrate(
+    files: list[Path] = typer.Argument(..., help="JSON records of `commflow bench --json`."),
+    holdout: bool = typer.Option(
+        True, "--holdout/--no-holdout",
+        help="Fit on every other measurement and report the others (else fit and report all).",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the fit and rows as JSON."),
+) -> None:
+    """Fit the shared-memory transport (latency, bandwidth, reduce and copy bandwidth) to
+    measured runs and print the simulator's error on each measurement.
+
+    Uses the out-of-place runs of registered algorithms in the records; the model is a full
+    mesh of ranks under the alphabeta simulator (docs/tuning.md).
+
+    [bold]Examples[/bold]
+
+      commflow bench allreduce -n 2 --algo all --vs none -b 1K -e 16M -f 4 --json ar.json
+      commflow calibrate ar.json
+    """
+    from commflow.tune.calibrate import calibrate as fit
+    from commflow.tune.calibrate import from_records
+
+    records: list = []
+    for path in files:
+        try:
+            records += json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise CommflowError(f"cannot read bench records {path}: {error}") from None
+    measured = from_records(records)
+    result = fit(measured[::2], evaluate=measured[1::2]) if holdout else fit(measured)
+    errors = result.errors()
+    if as_json:
+        echo_json({
+            "alpha_us": result.alpha * 1e6, "bandwidth": result.bandwidth / 1e9,
+            "reduce_bandwidth": result.reduce_bandwidth / 1e9,
+            "copy_bandwidth": result.copy_bandwidth / 1e9,
+            "median_abs_error": result.median_error(), "holdout": holdout,
+            "rows": [{"collective": m.collective, "algo": m.algo, "nranks": m.nranks,
+                      "size": m.size, "time_us": m.time * 1e6, "predicted_us": p * 1e6}
+                     for m, p in result.rows],
+        })
+        return
+    used = len(measured[::2]) if holdout else len(measured)
+    out.print(f"# fit on {used} of {len(measured)} measurements: alpha "
+              f"{number(result.alpha * 1e6)} us, bandwidth {number(result.bandwidth / 1e9)} GB/s, "
+              f"reduce {number(result.reduce_bandwidth / 1e9)} GB/s, copy "
+              f"{number(result.copy_bandwidth / 1e9)} GB/s")
+    rows = table("collective", "algo", "ranks", "size", "time(us)", "predicted(us)", "error")
+    for (m, p), e in zip(result.rows, errors, strict=True):
+        rows.add_row(m.collective, m.algo, str(m.nranks), format_size(m.size),
+                     number(m.time * 1e6), number(p * 1e6), f"{100 * e:+.0f}%")
+    out.print(rows)
+    out.print(f"# median |error| {100 * result.median_error():.1f}% over {len(result.rows)} "
+              f"{'held-out ' if holdout else ''}measurements")

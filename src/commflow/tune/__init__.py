@@ -9,8 +9,11 @@ this package ranks them by the simulator and picks:
 - :func:`rank`: every candidate's simulated time at one size, fastest first.
 - :func:`offline_table`: the fastest registered algorithm per size range, as a
   :class:`~commflow.tuning_table.TuningTable` (JSON, NCCL tuner CSV) for ``commflow tune``.
+- :func:`calibrate`: the live transport's latency and bandwidths fitted to measured runs
+  (``commflow bench --json``), with the simulator's error on each (``commflow calibrate``).
 """
 
+from commflow.tune.calibrate import Calibration, Measured, calibrate, from_records
 from commflow.tune.fastest import (
     DEFAULT_PIECES,
     DEFAULT_SIZE,
@@ -24,14 +27,18 @@ from commflow.tune.fastest import (
 from commflow.tune.offline import Ranked, offline_table, rank, registered
 
 __all__ = [
+    "Calibration",
+    "Measured",
     "DEFAULT_PIECES",
     "DEFAULT_SIZE",
     "STEP_RANKS",
     "STEP_TIME_LIMIT",
     "Candidate",
     "Ranked",
+    "calibrate",
     "candidates",
     "choose",
+    "from_records",
     "message_depth",
     "offline_table",
     "rank",

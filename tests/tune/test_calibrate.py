@@ -1,0 +1,40 @@
+"""Calibration: parameters that generated the times are recovered, and the error report is
+exact on the measurements it fits."""
+
+import pytest
+
+from commflow.errors import CommflowError
+from commflow.tune.calibrate import Measured, calibrate, from_records, predict
+
+TRUTH = (12e-6, 3e9, 6e9, 9e9)
+CASES = [("allreduce", "ring", 2), ("allreduce", "recursive_doubling", 4),
+         ("allreduce", "direct", 4), ("allgather", "ring", 4), ("allgather", "direct", 2)]
+SIZES = [1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24]
+
+
+def synthetic():
+    runs = [Measured(c, a, n, s, 1.0) for c, a, n in CASES for s in SIZES]
+    return [Measured(m.collective, m.algo, m.nranks, m.size, predict(m, TRUTH)) for m in runs]
+
+
+def test_the_generating_parameters_are_recovered():
+    measured = synthetic()
+    result = calibrate(measured[::2], evaluate=measured[1::2])
+    assert result.alpha == pytest.approx(TRUTH[0], rel=0.02)
+    assert result.bandwidth == pytest.approx(TRUTH[1], rel=0.02)
+    assert result.median_error() < 0.01
+    assert len(result.rows) == len(measured[1::2])
+
+
+def test_records_of_commflow_bench_are_read_and_checked():
+    record = {"impl": "commflow", "algo": "ring", "inplace": False, "collective": "allreduce",
+              "nranks": 2, "size": 1024, "time_us": 100.0}
+    others = [{**record, "impl": "gloo"}, {**record, "inplace": True},
+              {**record, "algo": "shm"}]
+    (found,) = from_records([record, *others])
+    assert found == Measured("allreduce", "ring", 2, 1024, found.time)
+    assert found.time == pytest.approx(1e-4, rel=1e-12)
+    with pytest.raises(CommflowError, match="lacks the fields"):
+        from_records([{"impl": "commflow"}])
+    with pytest.raises(CommflowError, match="at least 4"):
+        calibrate(synthetic()[:3])

@@ -10,7 +10,7 @@ from rich.markup import escape
 from commflow.algorithms import build as build_program
 from commflow.cli._output import err, out, parse_params
 from commflow.errors import CommflowError, VerificationError
-from commflow.ir import Program, load_program, save_program, to_msccl_xml
+from commflow.ir import Program, get_target, load_program, save_program, to_msccl_xml
 from commflow.ir import verify as verify_program
 from commflow.units import parse_size
 
@@ -53,24 +53,53 @@ def build(
 
 
 def verify(
-    file: Path = typer.Argument(..., help="Program file (JSON, from `commflow build`)."),
+    file: Path = typer.Argument(
+        ..., help="Program file (JSON from `commflow build`, or MSCCL XML ending in .xml)."
+    ),
+    target: str = typer.Option(
+        "live", "--target",
+        help="Also prove it cannot hang there: live, msccl, msccl-executor or rccl.",
+    ),
+    proto: str = typer.Option("Simple", "--proto", help="NCCL protocol of --target."),
 ) -> None:
     """Load a program file and prove it implements its collective.
 
     Prints `OK: <collective> <name> on N ranks, S steps`; a program that fails verification
-    prints the problem (rank, channel, step, chunk) and exits with status 1.
+    prints the problem (rank, channel, step, chunk) and exits with status 1. With --target,
+    sends block when a connection's buffer is full, as on that runtime.
 
     [bold]Examples[/bold]
 
       commflow verify ring8.json
+      commflow verify allreduce.xml --target rccl
     """
     program = load_program(file)
     try:
-        verify_program(program)
+        verify_program(program, target=get_target(target, protocol=proto))
     except VerificationError as error:
         err.print(f"[bold red]FAILED:[/bold red] {escape(str(error))}")
         raise typer.Exit(1) from None
     out.print(f"OK: {escape(describe(program))}")
+
+
+def import_xml(
+    file: Path = typer.Argument(..., help="MSCCL XML file (msccl-tools, RCCL's algorithms)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Program file to write (JSON)."),
+) -> None:
+    """Import MSCCL XML as a commflow program, verify it and save it as JSON.
+
+    Each threadblock's steps keep their order; fused steps (rcs, rrs, rrcs) become a receive
+    and a send; in-place-only programs become out-of-place ones that first copy the input
+    into the output buffer (docs/ir.md, "Importing MSCCL XML").
+
+    [bold]Examples[/bold]
+
+      commflow import allreduce-allpairs-8n-simple.xml -o allpairs.json
+    """
+    program = load_program(file)
+    verify_program(program)
+    save_program(program, output)
+    out.print(f"wrote {escape(str(output))}: {escape(describe(program))} (verified)")
 
 
 def export(

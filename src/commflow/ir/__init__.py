@@ -9,6 +9,7 @@ with :func:`verify`, serialize with :func:`to_json`/:func:`from_json`, export wi
 from commflow.ir.build import ProgramBuilder, StepId, make_program
 from commflow.ir.matching import match_transfers
 from commflow.ir.msccl import DEFAULT_MAX_BYTES, chunks_per_loop, to_msccl_xml
+from commflow.ir.msccl_import import from_msccl_xml
 from commflow.ir.program import Participant, Program, StepTable
 from commflow.ir.serialize import from_json, load_program, save_program, to_json
 from commflow.ir.step import Buffer, Op, ParticipantKind, Ref, Step, inp, out, scr
@@ -35,6 +36,7 @@ __all__ = [
     "chunks_per_loop",
     "element_trace",
     "from_json",
+    "from_msccl_xml",
     "get_target",
     "inp",
     "load_program",

@@ -128,10 +128,11 @@ def to_msccl_xml(
             "0 <= min_bytes <= max_bytes < 2**62 (MSCCL sizes scratch from maxBytes)")
     writer = _Writer(program, where, fuse=True)
     gpus = writer.gpus()  # the target's limits first: they cost less than verifying
-    verify(program, target=where)
+    verify(program, target=where, max_bytes=max_bytes)
     if writer.fused_sends:
         try:
-            verify(bounded(program, where, fused=np.array(writer.fused_sends)))
+            verify(bounded(program, where, chunk_bytes=program.chunk_bytes(max_bytes),
+                           fused=np.array(writer.fused_sends)))
         except VerificationError:  # a fused step holds its receive until its send has room
             writer = _Writer(program, where, fuse=False)
             gpus = writer.gpus()

@@ -34,6 +34,7 @@ import numpy as np
 from commflow.collectives import parse_collective
 from commflow.errors import CommflowError, ProgramError
 from commflow.ir.build import make_program
+from commflow.ir.msccl_import import from_msccl_xml
 from commflow.ir.program import Program
 from commflow.ir.step import Buffer, Op, ParticipantKind
 
@@ -141,7 +142,8 @@ def save_program(program: Program, path: str | Path) -> None:
 
 
 def load_program(path: str | Path) -> Program:
-    """Read a program saved by :func:`save_program`.
+    """Read a program saved by :func:`save_program`, or MSCCL XML (a file ending in ``.xml``,
+    :func:`~commflow.ir.msccl_import.from_msccl_xml`).
 
     Raises ``ProgramError`` prefixed with the file name when it cannot be read or is malformed.
     """
@@ -152,6 +154,8 @@ def load_program(path: str | Path) -> Program:
     except UnicodeDecodeError:
         raise ProgramError(f"{path} is not a text file; give a JSON program file") from None
     try:
+        if Path(path).suffix.lower() == ".xml":
+            return from_msccl_xml(text)
         return from_json(text)
     except ProgramError as err:
         raise ProgramError(f"{path}: {err}") from None

@@ -3,29 +3,32 @@
 A :class:`Target` names a runtime and its protocol. The ``live`` target is commflow's own
 runtime: a send never blocks (messages are buffered without bound). The MSCCL-family targets
 are GPU runtimes that read MSCCL XML: a connection ``(src, dst, channel)`` holds ``slots``
-buffer slots (``NCCL_STEPS`` = 8) and a chunk takes ``slots_per_chunk`` of them at the sizes
-where chunks are full (Simple: ``MSCCL_CHUNKSTEPS`` = 4, so two chunks are in flight; LL and
-LL128: one). Limits of their XML parsers and kernels are fields too; see
-docs/msccl-runtimes.md for the source of every number.
+buffer slots (``NCCL_STEPS`` = 8), and a message takes the slots its bytes fill, in whole
+slices: Simple sends 1 MiB slices of 2 steps, and a full chunk (``MSCCL_CHUNKSTEPS`` = 4
+steps, 2 MiB) takes 4, so two full chunks are in flight but four small messages; LL and LL128
+take one step per 32 KiB / 562.5 KB chunk. A step's ``cnt`` chunks go as one message. Limits
+of the runtimes' XML parsers and kernels are fields too (docs/ir.md, "Targets").
 
 Bounded buffering is proven by the same machinery as everything else: :func:`bounded`
 returns the program with one extra dependency per send that must wait for room, so the
 verifier's deadlock check and the simulator's sweep honour the slots unchanged.
 
 - A send of message ``k`` on a connection completes once the messages before it fit: with
-  ``m`` the slots of each message, it waits for the receive of message ``j``, the first
-  whose draining leaves ``m[j+1] + ... + m[k] <= slots``.
+  ``m`` the slots of each message, it waits for the receive of message ``j``, the first whose
+  draining leaves ``m[j+1] + ... + m[k] <= slots``.
 - A message larger than the whole buffer streams through it: its send completes only once
   the receiver has reached that receive (the receive's channel predecessor and its explicit
   dependencies have completed), a rendezvous.
 
-Slots are counted at the largest chunk a runtime uses (large sizes), the worst case: a
-program proven here cannot hang at any size of its range.
+Without a size, slots are counted at the largest chunk a runtime uses (large sizes), the worst
+case: a program proven so cannot hang at any size. Given the largest size it will run at (an
+exported file's ``maxBytes``), chunks are counted at that size.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -73,6 +76,11 @@ class Target:
     """Buffer slots per connection; ``None``: unbounded (a send never blocks)."""
     slots_per_chunk: int = 1
     """Slots one full chunk takes."""
+    slot_bytes: float | None = None
+    """Bytes one slot carries; a smaller chunk takes fewer slots (``None``: always
+    :attr:`slots_per_chunk`)."""
+    slots_per_slice: int = 1
+    """Slots a chunk takes at least (NCCL sends a chunk in slices of this many steps)."""
     collective_names: Mapping[Collective, str] = field(default_factory=dict)
     """The XML ``coll`` name of each collective the runtime runs (empty for ``live``)."""
     max_steps_per_threadblock: int | None = None
@@ -106,6 +114,20 @@ class Target:
         """Whether sends can block for want of buffer slots."""
         return self.slots is not None
 
+    def slots_for(self, counts: np.ndarray, chunk_bytes: float | None = None) -> np.ndarray:
+        """Slots a message of ``counts`` chunks of ``chunk_bytes`` bytes takes (``None``: full
+        chunks, the worst case): the whole slices of :attr:`slots_per_slice` slots of
+        :attr:`slot_bytes` each that its bytes fill (the kernel sends a step's chunks as one
+        message), ``counts * slots_per_chunk`` without a slot size."""
+        counts = np.asarray(counts, dtype=np.int64)
+        if self.slot_bytes is None or (chunk_bytes is None and self.chunk_bytes is None):
+            return counts * self.slots_per_chunk
+        size = self.chunk_bytes if chunk_bytes is None else min(chunk_bytes,
+                                                                self.chunk_bytes or math.inf)
+        per_slice = self.slot_bytes * self.slots_per_slice
+        slices = np.maximum(1, np.ceil(counts * max(size, 1.0) / per_slice - 1e-9))
+        return slices.astype(np.int64) * self.slots_per_slice
+
     def describe(self) -> str:
         """``msccl (Simple, 8 slots per connection, 4 per chunk)``, or ``live (unbounded
         buffering)``."""
@@ -115,18 +137,20 @@ class Target:
                 f"{self.slots_per_chunk} per chunk)")
 
 
-_CHUNK_BYTES = {"Simple": 4 * (4 << 20) / 8, "LL": (1 << 19) / 8 / 2,
-                "LL128": 4915200 / 8 * 120 / 128}
-"""Bytes of one chunk per loop: NCCL's default buffer per protocol (Simple 4 MiB, LL 512 KiB
-with half of it flags, LL128 4.69 MB with 8 of 128 bytes flags) over its 8 steps, times
-MSCCL_CHUNKSTEPS = 4 steps for Simple: 2 MiB, 32 KiB and 562.5 KB."""
+_STEP_BYTES = {"Simple": (4 << 20) / 8, "LL": (1 << 19) / 8 / 2, "LL128": 4915200 / 8 * 120 / 128}
+"""Bytes of data one buffer slot (an NCCL step) carries: NCCL's default buffer per protocol
+(Simple 4 MiB, LL 512 KiB with half of it flags, LL128 4.69 MB with 8 of 128 bytes flags)
+over its 8 steps. A chunk is MSCCL_CHUNKSTEPS = 4 steps for Simple (2 MiB per loop), sent in
+slices of MSCCL_SLICESTEPS = 2 steps; one step for LL and LL128 (32 KiB, 562.5 KB)."""
 
 
 def _msccl_family(name: str, protocol: str) -> Target:
+    simple = protocol == "Simple"
     common = {"name": name, "protocol": protocol, "slots": 8,
-              "slots_per_chunk": 4 if protocol == "Simple" else 1, "max_channels": 32,
+              "slots_per_chunk": 4 if simple else 1, "slot_bytes": _STEP_BYTES[protocol],
+              "slots_per_slice": 2 if simple else 1, "max_channels": 32,
               "max_children": 1024, "max_nodes": 4096, "max_depid": 127, "max_count": 72,
-              "chunk_bytes": _CHUNK_BYTES[protocol]}
+              "chunk_bytes": _STEP_BYTES[protocol] * (4 if simple else 1)}
     if name == "msccl":
         return Target(**common, collective_names=_NAMES_MSCCL, max_steps_per_threadblock=256,
                       max_threadblocks=216)
@@ -155,9 +179,12 @@ def get_target(target: Target | str | None = None, *, protocol: str = "Simple") 
     raise ProgramError(f"unknown target {name!r}; use one of {', '.join(TARGETS)}")
 
 
-def bounded(program: Program, target: Target, *, fused: np.ndarray | None = None) -> Program:
+def bounded(program: Program, target: Target, *, chunk_bytes: float | None = None,
+            fused: np.ndarray | None = None) -> Program:
     """``program`` with the dependencies bounded buffering adds on ``target`` (see the module
-    docstring); ``program`` itself when the target buffers without bound.
+    docstring); ``program`` itself when the target buffers without bound. Chunks of
+    ``chunk_bytes`` bytes take :meth:`Target.slots_for` slots (``None``: full chunks, the
+    worst case).
 
     ``fused`` lists sends (global step indices) that run fused with the receive just before
     them in their channel (MSCCL's ``rcs``/``rrcs``): such a receive completes only once its
@@ -176,7 +203,7 @@ def bounded(program: Program, target: Target, *, fused: np.ndarray | None = None
     key = (t.part[sends].astype(np.int64) * nparts + t.peer[sends]) * nchan + t.chan[sends]
     sends = sends[np.argsort(key, kind="stable")]
     key = np.sort(key, kind="stable")
-    size = t.count[sends].astype(np.int64) * target.slots_per_chunk
+    size = target.slots_for(t.count[sends], chunk_bytes)
     total = np.cumsum(size)
     first = np.r_[0, np.flatnonzero(np.diff(key)) + 1]
     base = np.repeat(total[first] - size[first], np.diff(np.r_[first, len(key)]))

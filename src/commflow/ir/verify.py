@@ -27,17 +27,20 @@ from commflow.ir.target import Target, bounded, get_target
 _MAX_CLOCK_CELLS = 50_000_000
 
 
-def verify(program: Program, *, target: Target | str | None = None) -> None:
+def verify(program: Program, *, target: Target | str | None = None,
+           max_bytes: float | None = None) -> None:
     """Prove that ``program`` implements its collective; raise ``VerificationError`` naming the
     rank, channel, step and chunk of the first problem found.
 
     ``target`` (a :class:`~commflow.ir.target.Target` or its name; default ``live``, which
     buffers sends without bound) sets where the program will run: on a target with bounded
     buffers a send waits for room (:func:`~commflow.ir.target.bounded`), so a program whose
-    sends would block each other forever there fails as a deadlock.
+    sends would block each other forever there fails as a deadlock. ``max_bytes``: the largest
+    size (bytes) it will run at there (smaller chunks take fewer slots); default: any size.
     """
     where = get_target(target)
-    _Execution(bounded(program, where), where).run()
+    chunk = None if max_bytes is None else program.chunk_bytes(max_bytes)
+    _Execution(bounded(program, where, chunk_bytes=chunk), where).run()
 
 
 def element_trace(program: Program) -> np.ndarray:

@@ -87,7 +87,7 @@ def simulate(
     where = get_target(target)
     if where.chunk_bytes is not None and size > 0:
         program = repeat(program, max(1, math.ceil(program.chunk_bytes(size) / where.chunk_bytes)))
-    program = bounded(program, where)
+    program = bounded(program, where, chunk_bytes=program.chunk_bytes(size) if size > 0 else None)
     conns = Connections(program, topology, place(program, topology, placement))
     graph = StepGraph(program, conns.contended_sends())
     chunk_bytes = program.chunk_bytes(size)

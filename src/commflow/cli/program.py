@@ -61,6 +61,9 @@ def verify(
         help="Also prove it cannot hang there: live, msccl, msccl-executor or rccl.",
     ),
     proto: str = typer.Option("Simple", "--proto", help="NCCL protocol of --target."),
+    max_bytes: str = typer.Option(
+        None, "--max-bytes", help="Largest size it will run at on --target (default: any)."
+    ),
 ) -> None:
     """Load a program file and prove it implements its collective.
 
@@ -75,7 +78,8 @@ def verify(
     """
     program = load_program(file)
     try:
-        verify_program(program, target=get_target(target, protocol=proto))
+        verify_program(program, target=get_target(target, protocol=proto),
+                       max_bytes=None if max_bytes is None else parse_size(max_bytes))
     except VerificationError as error:
         err.print(f"[bold red]FAILED:[/bold red] {escape(str(error))}")
         raise typer.Exit(1) from None

@@ -153,3 +153,31 @@ def test_switch_participant_reduces_in_network():
     program = b.build()
     assert program.participants[sw].scratch_chunks == 1
     verify(program)
+
+
+@pytest.mark.parametrize("through_rank_1", [True, False])
+def test_happens_before_through_another_rank_orders_two_channels(through_rank_1):
+    """Rank 0 writes its output on channel 0, then (after a round trip through rank 1 that
+    channel 1 waits for) overwrites it on channel 1: ordered only by messages across ranks.
+    Without the round trip, the two writes race."""
+    b = ProgramBuilder(Collective.ALLGATHER, 2, chunk_factor=1, name="relay")
+    b.copy(0, inp(0), scr(0), channel=0)
+    first = b.copy(0, inp(0), out(0), channel=0)
+    if through_rank_1:
+        b.send(0, 1, scr(0), channel=0)
+        got = b.recv(1, 0, scr(0), channel=0)
+        b.send(1, 0, scr(0), channel=1, deps=[got])
+        b.recv(0, 1, scr(1), channel=1)
+    second = b.copy(0, inp(0), out(0), channel=1)
+    b.send(0, 1, out(0), channel=2, deps=[first, second])
+    b.recv(1, 0, out(0), channel=2)
+    b.copy(1, inp(0), out(1), channel=3)
+    b.send(1, 0, out(1), channel=3)
+    b.recv(0, 1, out(1), channel=3)
+    program = b.build()
+    if through_rank_1:
+        verify(program)
+    else:
+        with pytest.raises(VerificationError, match="data race") as err:
+            verify(program)
+        assert err.value.chunk == ("output", 0) and err.value.rank == 0

@@ -24,8 +24,6 @@ from commflow.ir.program import Program
 from commflow.ir.step import Buffer, Op
 from commflow.ir.target import Target, bounded, get_target
 
-_MAX_CLOCK_CELLS = 50_000_000
-
 
 def verify(program: Program, *, target: Target | str | None = None,
            max_bytes: float | None = None) -> None:
@@ -74,14 +72,11 @@ class _Execution:
         self.group = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
         self.position = self.t.position
         multi = np.bincount(self.t.part[starts[:-1]], minlength=len(program.participants)) > 1
-        ngroups = len(starts) - 1
         self.track_races = bool(multi.any())
-        if self.track_races and len(self.t) * ngroups > _MAX_CLOCK_CELLS:
-            raise VerificationError(
-                f"{program.name}: too large to check for data races ({len(self.t)} steps x "
-                f"{ngroups} channels); verify a smaller instance of the same algorithm")
-        self.clock = np.zeros((len(self.t), ngroups), dtype=np.int32) if self.track_races \
-            else None
+        self.pairs: list[tuple[int, int, Buffer, int]] = []
+        """Accesses to one chunk from two channels, one writing: ``(earlier, later, buffer,
+        index)``, checked for a happens-before order after the execution (:meth:`races`)."""
+        self.order: list[int] = []
         self.last_write: dict[tuple[int, int, int], int] = {}
         self.readers: dict[tuple[int, int, int], list[int]] = {}
 
@@ -121,6 +116,7 @@ class _Execution:
                     ready.append(j)
         if not done.all():
             self.deadlock(done)
+        self.races()
         self.check_post()
 
     def deadlock(self, done: np.ndarray) -> None:
@@ -145,33 +141,60 @@ class _Execution:
         if not self.track_races:
             return
         key = (int(self.t.part[i]), int(buf), index)
-        clock = self.clock[i]
         earlier = [self.last_write.get(key, -1)]
         if write:
             earlier += self.readers.get(key, [])
+        group = self.group[i]
         for a in earlier:
-            if a >= 0 and a != i and clock[self.group[a]] <= self.position[a]:
-                raise self.error(i, f"data race with step {self.position[a]} of channel "
-                                    f"{self.t.chan[a]}: add a dependency between them",
-                                 (buf, index))
+            if a >= 0 and self.group[a] != group:
+                self.pairs.append((a, i, buf, index))
         if write:
             self.last_write[key] = i
             self.readers[key] = []
         else:
             self.readers.setdefault(key, []).append(i)
 
-    def stamp(self, i: int) -> None:
-        if not self.track_races:
+    def races(self) -> None:
+        """Raise for the first recorded pair of accesses (in execution order) whose earlier
+        step does not happen before the later one. Happens-before is computed one channel at
+        a time, for the channels that hold an earlier access only: that channel's entry of
+        every step's vector clock (:func:`~commflow.ir.verify_kernels.reach`), one pass over
+        the execution order each; exact, and linear in steps per such channel."""
+        if not self.pairs:
             return
+        from commflow.ir.verify_kernels import reach
+
         t = self.t
-        c = self.clock[i]
-        if self.position[i] > 0:
-            np.maximum(c, self.clock[i - 1], out=c)
-        for d in t.deps_of(i):
-            np.maximum(c, self.clock[d], out=c)
-        if self.sender[i] >= 0:
-            np.maximum(c, self.clock[self.sender[i]], out=c)
-        c[self.group[i]] = self.position[i] + 1
+        first = np.zeros(len(t), dtype=np.bool_)
+        first[t.channel_starts[:-1]] = True
+        order = np.asarray(self.order, dtype=np.int64)
+        seen = np.empty(len(t), dtype=np.int64)
+        seen[order] = np.arange(len(order))
+        group = self.group.astype(np.int64)
+        earlier = np.array([a for a, *_ in self.pairs], dtype=np.int64)
+        later = np.array([b for _, b, *_ in self.pairs], dtype=np.int64)
+        # most pairs are ordered by a dependency of the later step on the earlier one's
+        # channel at or after it: settled here, the rest by the clocks
+        ndeps = t.dep_ptr[later + 1] - t.dep_ptr[later]
+        owner = np.repeat(np.arange(len(later)), ndeps)
+        within = np.arange(int(ndeps.sum())) - np.repeat(np.cumsum(ndeps) - ndeps, ndeps)
+        dep = t.dep_idx[np.repeat(t.dep_ptr[later], ndeps) + within]
+        hit = (group[dep] == group[earlier[owner]]) & \
+            (self.position[dep] >= self.position[earlier[owner]])
+        open_pairs = np.flatnonzero(np.bincount(owner[hit], minlength=len(later)) == 0)
+        clock = np.empty(len(t), dtype=np.int64)
+        bad = []
+        for r in np.unique(group[earlier[open_pairs]]).tolist():
+            reach(order, first, t.dep_ptr, t.dep_idx, self.sender, group, self.position, r,
+                  clock)
+            mine = open_pairs[group[earlier[open_pairs]] == r]
+            unordered = mine[clock[later[mine]] < self.position[earlier[mine]]]
+            bad += unordered.tolist()
+        if bad:
+            k = min(bad, key=lambda k: (seen[later[k]], k))
+            a, b, buf, index = self.pairs[k]
+            raise self.error(b, f"data race with step {self.position[a]} of channel "
+                                f"{t.chan[a]}: add a dependency between them", (buf, index))
 
     def read(self, i: int, buf: Buffer, index: int) -> Element:
         value = self.buffers[self.t.part[i]][buf][index]
@@ -195,7 +218,7 @@ class _Execution:
 
     def execute(self, i: int) -> None:
         t = self.t
-        self.stamp(i)
+        self.order.append(i)
         op = Op(int(t.op[i]))
         count = int(t.count[i])
         src_buf = Buffer(int(t.src_buf[i])) if t.src_buf[i] >= 0 else None

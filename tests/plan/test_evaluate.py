@@ -100,3 +100,42 @@ def test_context_and_expert_parallel_collectives_are_charged():
         moe, "dgx-a100x4", Plan(tp=4, cp=2, pp=1, dp=4, ep=2, mb=1, global_batch=8, sp=True, zero=3)
     )
     assert zero3.breakdown["zero3_gather"] >= 0 and zero3.memory.states < result.memory.states
+
+
+@pytest.mark.parametrize("dp", [8, 32])
+def test_zero3_gathers_the_stage_parameters_once_per_pass(dp):
+    """Without overlap, ZeRO-3 exposes per micro-batch one allgather of the stage's parameter
+    bytes in the forward pass and one in the backward pass (DeepSpeed/FSDP): the allgather of
+    ``layer_params * layers / tp * 2`` bytes, not that times dp (the bug of issue 14)."""
+    from commflow.plan import resolve_cluster
+    from commflow.plan.comm import cluster_links, collective_time
+
+    spec = MODELS["gpt3-6.7b"]
+    plan = Plan(tp=2, pp=1, dp=dp, mb=1, global_batch=2 * dp, zero=3, overlap=False)
+    result = evaluate("gpt3-6.7b", "dgx-a100", plan)
+    links = cluster_links(resolve_cluster("dgx-a100", plan.gpus))
+    stage_bytes = spec.layers * spec.layer_params / plan.tp * 2
+    once = collective_time("allgather", stage_bytes, dp, plan.tp, links)
+    assert result.breakdown["zero3_gather"] == pytest.approx(2 * plan.microbatches * once,
+                                                             rel=1e-9)
+    # the same bytes gathered from more ranks: about the same time, not dp times more
+    assert once < 2 * stage_bytes / links.network_bandwidth
+
+
+def test_gpt3_175b_zero3_without_model_parallelism_is_compute_bound():
+    """Issue 14's case: predicted 10,673 s before the fix, compute 58.7 s."""
+    plan = Plan(tp=1, pp=1, dp=384, zero=3, mb=4, global_batch=1536, recompute="full")
+    result = evaluate("gpt3-175b", "dgx-a100x48", plan)
+    assert result.step_time < 1.2 * result.breakdown["compute"]
+
+
+def test_the_cluster_preset_implies_its_accelerator():
+    from commflow.plan.hardware import implied_accelerator
+
+    assert implied_accelerator("dgx-h100x4") == "h100-sxm"
+    assert implied_accelerator("dgx-a100") == "a100-80gb"
+    assert implied_accelerator("dgx1") == "v100"
+    plan = Plan(tp=8, pp=1, dp=2, mb=1, global_batch=16)
+    implied = evaluate("gpt3-6.7b", "dgx-h100", plan).step_time
+    assert implied == evaluate("gpt3-6.7b", "dgx-h100", plan, accelerator="h100-sxm").step_time
+    assert implied < evaluate("gpt3-6.7b", "dgx-h100", plan, accelerator="a100-80gb").step_time

@@ -7,6 +7,7 @@ from rich.markup import escape
 
 from commflow.cli._output import echo_json, out
 from commflow.plan import Evaluation, Plan, evaluate, get_model, parse_plan, resolve_cluster, search
+from commflow.plan.hardware import implied_accelerator
 from commflow.plan.timeline import draw_timeline
 
 BREAKDOWN_PARTS = ("compute", "tp", "pp_bubble", "dp", "optimizer")
@@ -51,7 +52,11 @@ def plan(
     cluster: str = typer.Option(
         "dgx-a100", "--cluster", help="Topology preset (dgx-a100, dgx-h100, dgx-a100x16) or file."
     ),
-    accelerator: str = typer.Option("a100-80gb", "--accelerator", help="Accelerator preset."),
+    accelerator: str = typer.Option(
+        None, "--accelerator",
+        help="Accelerator preset (default: the cluster's: dgx-h100 -> h100-sxm, dgx-a100 -> "
+        "a100-80gb, dgx1/ndv2 -> v100, mi250 -> mi250).",
+    ),
     gpus: int = typer.Option(None, "--gpus", help="GPUs (sets the box count of the cluster)."),
     global_batch: int = typer.Option(..., "--global-batch", help="Sequences per step."),
     seq: int = typer.Option(None, "--seq", help="Sequence length (default: the model's)."),
@@ -75,6 +80,7 @@ def plan(
         --plan "tp=8,pp=16,dp=8,mb=1,vp=3,recompute=full" --timeline step.png
     """
     spec = get_model(model, seq=seq)
+    accelerator = accelerator or implied_accelerator(cluster)
     if plan_text is not None:
         chosen = parse_plan(plan_text, global_batch=global_batch, precision=precision)
         pipeline = "exact" if timeline else "simulate"

@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from commflow.errors import CommflowError
 from commflow.plan.comm import ClusterLinks, cluster_links, collective_time, p2p_time
 from commflow.plan.compute import CALIBRATION, Calibration, layer_times, logits_time, model_flops
-from commflow.plan.hardware import PRECISION_BYTES, Accelerator, get_accelerator
+from commflow.plan.hardware import (
+    PRECISION_BYTES,
+    Accelerator,
+    get_accelerator,
+    implied_accelerator,
+)
 from commflow.plan.memory import Memory, memory_per_gpu, stage_params
 from commflow.plan.models import TransformerSpec, get_model
 from commflow.plan.parallel import Plan, check_plan
@@ -63,6 +68,17 @@ class Evaluation:
             "fits": self.fits,
             "breakdown": dict(self.breakdown),
         }
+
+
+def accelerator_for(accelerator: Accelerator | str | None,
+                    cluster: Topology | str) -> Accelerator:
+    """``accelerator`` itself, a preset by name, or (``None``) the one ``cluster`` implies."""
+    if isinstance(accelerator, Accelerator):
+        return accelerator
+    if accelerator is None:
+        name = cluster if isinstance(cluster, str) else cluster.name
+        accelerator = implied_accelerator(name)
+    return get_accelerator(accelerator)
 
 
 def resolve_cluster(cluster: Topology | str, gpus: int | None = None) -> Topology:
@@ -124,11 +140,9 @@ def _per_microbatch(
     layers = model.layers / (plan.pp * plan.vp)
     passes = 3 if plan.recompute == "full" else 2  # forward, backward, recomputed forward
     gather = 0.0
-    if plan.zero == 3:
-        chunk_bytes = layers * model.layer_params / plan.tp * width
-        gather = collective_time(
-            "allgather", chunk_bytes * plan.dp, plan.dp, plan.tp * plan.cp, links
-        )
+    if plan.zero == 3:  # each pass gathers the stage's parameters: allgather of their bytes
+        stage_bytes = layers * model.layer_params / plan.tp * width
+        gather = collective_time("allgather", stage_bytes, plan.dp, plan.tp * plan.cp, links)
     fwd_compute = layers * lt.forward
     bwd_compute = layers * (lt.backward_input + lt.recompute)
     fwd_gather = max(0.0, gather - fwd_compute) if plan.overlap else gather
@@ -148,7 +162,7 @@ def evaluate(
     cluster: Topology | str,
     plan: Plan,
     *,
-    accelerator: Accelerator | str = "a100-80gb",
+    accelerator: Accelerator | str | None = None,
     calibration: Calibration = CALIBRATION,
     pipeline: str = "simulate",
 ) -> Evaluation:
@@ -156,11 +170,12 @@ def evaluate(
 
     ``pipeline`` picks how the schedule is timed: ``"simulate"`` (event-driven, steady state
     extrapolated, :func:`~commflow.plan.pipeline.schedule_makespan`), ``"exact"`` (every
-    micro-batch simulated) or ``"formula"`` (closed-form bubble, for screening). Raises
+    micro-batch simulated) or ``"formula"`` (closed-form bubble, for screening).
+    ``accelerator`` defaults to the one the cluster preset implies (``dgx-h100``: H100). Raises
     ``CommflowError`` when the plan does not divide the model or cluster, or names are unknown.
     """
     spec = model if isinstance(model, TransformerSpec) else get_model(model)
-    gpu = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
+    gpu = accelerator_for(accelerator, cluster)
     links = cluster_links(resolve_cluster(cluster, plan.gpus))
     return evaluate_on_links(spec, links, plan, gpu, calibration=calibration, pipeline=pipeline)
 

@@ -59,6 +59,18 @@ ACCELERATORS: dict[str, Accelerator] = {
 """Accelerator presets by name."""
 
 
+_IMPLIED = (("dgx-h100", "h100-sxm"), ("dgx-a100", "a100-80gb"), ("dgx1", "v100"),
+            ("dgx2", "v100"), ("ndv2", "v100"), ("mi250", "mi250"))
+"""Cluster preset prefixes and the accelerator their boxes hold."""
+
+
+def implied_accelerator(cluster: str) -> str:
+    """The accelerator a cluster preset's boxes hold (``dgx-h100x4`` -> ``h100-sxm``);
+    ``a100-80gb`` for other clusters and topology files."""
+    name = cluster.lower().rsplit("/", 1)[-1]
+    return next((gpu for prefix, gpu in _IMPLIED if name.startswith(prefix)), "a100-80gb")
+
+
 def get_accelerator(name: str) -> Accelerator:
     """A preset by name (case-insensitive); raises ``CommflowError`` for an unknown one."""
     key = name.lower().replace("_", "-")

@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from commflow.errors import CommflowError
 from commflow.plan.comm import cluster_links
 from commflow.plan.compute import CALIBRATION, Calibration
-from commflow.plan.evaluate import Evaluation, evaluate_on_links, resolve_cluster
-from commflow.plan.hardware import Accelerator, get_accelerator
+from commflow.plan.evaluate import (
+    Evaluation,
+    accelerator_for,
+    evaluate_on_links,
+    resolve_cluster,
+)
+from commflow.plan.hardware import Accelerator
 from commflow.plan.memory import memory_per_gpu
 from commflow.plan.models import TransformerSpec, get_model
 from commflow.plan.parallel import Plan, check_plan
@@ -99,7 +104,7 @@ def search(
     *,
     gpus: int | None = None,
     global_batch: int,
-    accelerator: Accelerator | str = "a100-80gb",
+    accelerator: Accelerator | str | None = None,
     precision: str = "bf16",
     top: int = 10,
     space: SearchSpace = SearchSpace(),
@@ -108,11 +113,13 @@ def search(
 ) -> list[Evaluation]:
     """The ``top`` fastest plans that fit in memory, fastest first.
 
-    ``cluster`` is a topology or a preset name (``gpus`` sets its box count). Raises
+    ``cluster`` is a topology or a preset name (``gpus`` sets its box count);
+    ``accelerator`` defaults to the one the cluster preset implies
+    (:func:`~commflow.plan.hardware.implied_accelerator`). Raises
     ``CommflowError`` when no plan is valid and fits, naming the closest miss.
     """
     spec = model if isinstance(model, TransformerSpec) else get_model(model)
-    gpu = accelerator if isinstance(accelerator, Accelerator) else get_accelerator(accelerator)
+    gpu = accelerator_for(accelerator, cluster)
     topology = resolve_cluster(cluster, gpus)
     links = cluster_links(topology)
     fitting: list[Plan] = []

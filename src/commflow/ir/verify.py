@@ -24,6 +24,8 @@ from commflow.ir.program import Program
 from commflow.ir.step import Buffer, Op
 from commflow.ir.target import Target, bounded, get_target
 
+_SEND, _RECV, _RECV_REDUCE, _COPY = int(Op.SEND), int(Op.RECV), int(Op.RECV_REDUCE), int(Op.COPY)
+
 
 def verify(program: Program, *, target: Target | str | None = None,
            max_bytes: float | None = None) -> None:
@@ -68,22 +70,30 @@ class _Execution:
                                                    program.chunk_factor, program.root).items():
             self.buffers[rank][Buffer[buf.upper()]][i] = value
         self.messages: dict[int, list[Element | None]] = {}
+        t = self.t
+        # plain lists: indexing them is several times cheaper than numpy scalars per step
+        self.op, self.count, self.part = t.op.tolist(), t.count.tolist(), t.part.tolist()
+        self.src_buf, self.src_off = t.src_buf.tolist(), t.src_off.tolist()
+        self.dst_buf, self.dst_off = t.dst_buf.tolist(), t.dst_off.tolist()
+        self.sender_l = self.sender.tolist()
         starts = self.t.channel_starts
         self.group = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+        self.group_l = self.group.tolist()
         self.position = self.t.position
         multi = np.bincount(self.t.part[starts[:-1]], minlength=len(program.participants)) > 1
         self.track_races = bool(multi.any())
-        self.pairs: list[tuple[int, int, Buffer, int]] = []
+        self.pairs: list[tuple[int, int, int, int]] = []
         """Accesses to one chunk from two channels, one writing: ``(earlier, later, buffer,
         index)``, checked for a happens-before order after the execution (:meth:`races`)."""
         self.order: list[int] = []
         self.last_write: dict[tuple[int, int, int], int] = {}
         self.readers: dict[tuple[int, int, int], list[int]] = {}
 
-    def error(self, i: int, message: str, chunk: tuple[Buffer, int] | None = None):
+    def error(self, i: int, message: str, chunk: tuple[int, int] | None = None):
         part, chan, pos = self.p.where(i)
+        where = None if chunk is None else (Buffer(chunk[0]).label, chunk[1])
         return VerificationError(f"{self.p.name}: {message}", rank=part, channel=chan, step=pos,
-                                 chunk=None if chunk is None else (chunk[0].label, chunk[1]))
+                                 chunk=where)
 
     def run(self) -> None:
         t = self.t
@@ -137,18 +147,18 @@ class _Execution:
         raise self.error(i, f"deadlock{on}: {len(stuck)} channel(s) never finish; this step "
                             f"waits for {' and '.join(waits) or 'an earlier step'}")
 
-    def access(self, i: int, buf: Buffer, index: int, write: bool) -> None:
+    def access(self, i: int, buf: int, index: int, write: bool) -> None:
         if not self.track_races:
             return
-        key = (int(self.t.part[i]), int(buf), index)
-        earlier = [self.last_write.get(key, -1)]
+        key = (self.part[i], buf, index)
+        group = self.group_l[i]
+        a = self.last_write.get(key, -1)
+        if a >= 0 and self.group_l[a] != group:
+            self.pairs.append((a, i, buf, index))
         if write:
-            earlier += self.readers.get(key, [])
-        group = self.group[i]
-        for a in earlier:
-            if a >= 0 and self.group[a] != group:
-                self.pairs.append((a, i, buf, index))
-        if write:
+            for a in self.readers.get(key, ()):
+                if self.group_l[a] != group:
+                    self.pairs.append((a, i, buf, index))
             self.last_write[key] = i
             self.readers[key] = []
         else:
@@ -196,18 +206,18 @@ class _Execution:
             raise self.error(b, f"data race with step {self.position[a]} of channel "
                                 f"{t.chan[a]}: add a dependency between them", (buf, index))
 
-    def read(self, i: int, buf: Buffer, index: int) -> Element:
-        value = self.buffers[self.t.part[i]][buf][index]
+    def read(self, i: int, buf: int, index: int) -> Element:
+        value = self.buffers[self.part[i]][buf][index]
         if value is None:
             raise self.error(i, "missing data: reads a chunk that holds no data", (buf, index))
         self.access(i, buf, index, write=False)
         return value
 
-    def write(self, i: int, buf: Buffer, index: int, value: Element) -> None:
+    def write(self, i: int, buf: int, index: int, value: Element) -> None:
         self.access(i, buf, index, write=True)
-        self.buffers[self.t.part[i]][buf][index] = value
+        self.buffers[self.part[i]][buf][index] = value
 
-    def combine(self, i: int, a: Element, b: Element, where: tuple[Buffer, int]) -> Element:
+    def combine(self, i: int, a: Element, b: Element, where: tuple[int, int]) -> Element:
         if a.index != b.index:
             raise self.error(i, f"reduces different elements ({a.describe()} with "
                                 f"{b.describe()})", where)
@@ -217,32 +227,29 @@ class _Execution:
         return Element(a.index, a.ranks | b.ranks)
 
     def execute(self, i: int) -> None:
-        t = self.t
         self.order.append(i)
-        op = Op(int(t.op[i]))
-        count = int(t.count[i])
-        src_buf = Buffer(int(t.src_buf[i])) if t.src_buf[i] >= 0 else None
-        dst_buf = Buffer(int(t.dst_buf[i])) if t.dst_buf[i] >= 0 else None
-        src0, dst0 = int(t.src_off[i]), int(t.dst_off[i])
-        if op is Op.SEND:
-            self.messages[i] = [self.read(i, src_buf, src0 + k) for k in range(count)]
+        op, count = self.op[i], self.count[i]
+        src_buf, dst_buf = self.src_buf[i], self.dst_buf[i]
+        src0, dst0 = self.src_off[i], self.dst_off[i]
+        if op == _SEND:
+            message = [self.read(i, src_buf, src0 + k) for k in range(count)]
+            self.messages[i] = message
             if self.trace is not None:
-                self.trace[self.trace_ptr[i]:self.trace_ptr[i + 1]] = \
-                    [v.index for v in self.messages[i]]
+                self.trace[self.trace_ptr[i]:self.trace_ptr[i + 1]] = [v.index for v in message]
             return
-        if op.receives:
-            incoming = self.messages.pop(int(self.sender[i]))
+        if op in (_RECV, _RECV_REDUCE):
+            incoming = self.messages.pop(self.sender_l[i])
         for k in range(count):
-            where = (dst_buf, dst0 + k)
-            if op is Op.RECV:
+            if op == _RECV:
                 value = incoming[k]
-            elif op is Op.RECV_REDUCE:
-                value = self.combine(i, self.read(i, src_buf, src0 + k), incoming[k], where)
-            elif op is Op.COPY:
+            elif op == _RECV_REDUCE:
+                value = self.combine(i, self.read(i, src_buf, src0 + k), incoming[k],
+                                     (dst_buf, dst0 + k))
+            elif op == _COPY:
                 value = self.read(i, src_buf, src0 + k)
             else:
                 value = self.combine(i, self.read(i, dst_buf, dst0 + k),
-                                     self.read(i, src_buf, src0 + k), where)
+                                     self.read(i, src_buf, src0 + k), (dst_buf, dst0 + k))
             self.write(i, dst_buf, dst0 + k, value)
             if self.trace is not None:
                 self.trace[self.trace_ptr[i] + k] = value.index

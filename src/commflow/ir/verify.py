@@ -11,6 +11,10 @@ order (sends are buffered: a send completes without waiting for its receive), an
 - steps of different channels of one participant that touch the same chunk (one writing) are
   ordered by dependencies (no data race);
 - the collective's postcondition holds on every rank's output.
+
+The execution is compiled (:mod:`commflow.ir.verify_kernels`, which also says why its race
+check is sound): memory linear in steps and chunks, no clock of steps x channels, so
+synthesized multi-box programs of millions of steps verify in seconds.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ import numpy as np
 
 from commflow.collectives import Element, postcondition, precondition
 from commflow.errors import VerificationError
+from commflow.ir import verify_kernels as vk
 from commflow.ir.matching import match_transfers
 from commflow.ir.program import Program
 from commflow.ir.step import Buffer, Op
 
-_MAX_CLOCK_CELLS = 50_000_000
+assert (Op.SEND, Op.RECV, Op.RECV_REDUCE, Op.COPY, Op.REDUCE) == (
+    vk.SEND, vk.RECV, vk.RECV_REDUCE, vk.COPY, vk.REDUCE)
 
 
 def verify(program: Program) -> None:
@@ -39,181 +45,121 @@ def element_trace(program: Program) -> np.ndarray:
     written), with ``ptr = [0, cumsum(count)]``. Executors use it to size chunks when a buffer
     does not divide evenly into chunks.
     """
-    execution = _Execution(program, trace=True)
+    execution = _Execution(program)
     execution.run()
     return execution.trace
 
 
+def _words(ranks: int, words: int) -> np.ndarray:
+    """The bit set ``ranks`` as ``words`` little-endian 64-bit words."""
+    return np.array([ranks >> (64 * w) & (2**64 - 1) for w in range(words)], dtype=np.uint64)
+
+
+def _ranks(words: np.ndarray) -> int:
+    """The bit set held in ``words`` (inverse of :func:`_words`)."""
+    return sum(int(x) << (64 * w) for w, x in enumerate(words.tolist()))
+
+
 class _Execution:
-    def __init__(self, program: Program, trace: bool = False) -> None:
+    """One symbolic run of a program: its chunk values, as slots numbered per participant and
+    buffer, and the trace of moved elements."""
+
+    def __init__(self, program: Program) -> None:
         self.p = program
-        self.t = program.table
-        self.trace_ptr = np.concatenate(([0], np.cumsum(self.t.count, dtype=np.int64))) \
-            if trace else None
-        self.trace = np.full(int(self.trace_ptr[-1]), -1, dtype=np.int64) if trace else None
-        self.sender = match_transfers(program)
-        self.buffers = [[[None] * part.chunks(b) for b in Buffer] for part in program.participants]
+        self.t = t = program.table
+        self.ptr = np.concatenate(([0], np.cumsum(t.count, dtype=np.int64)))
+        self.trace = np.full(int(self.ptr[-1]), -1, dtype=np.int64)
+        self.partner = match_transfers(program, mirror=True)
+        sizes = [part.chunks(b) for part in program.participants for b in Buffer]
+        self.base = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+        self.words = max(1, (program.nranks + 63) // 64)
+        self.elem = np.full(int(self.base[-1]), -1, dtype=np.int64)
+        self.bits = np.zeros((int(self.base[-1]), self.words), dtype=np.uint64)
         for (rank, buf, i), value in precondition(program.collective, program.nranks,
                                                    program.chunk_factor, program.root).items():
-            self.buffers[rank][Buffer[buf.upper()]][i] = value
-        self.messages: dict[int, list[Element | None]] = {}
-        starts = self.t.channel_starts
-        self.group = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
-        self.position = self.t.position
-        multi = np.bincount(self.t.part[starts[:-1]], minlength=len(program.participants)) > 1
-        ngroups = len(starts) - 1
-        self.track_races = bool(multi.any())
-        if self.track_races and len(self.t) * ngroups > _MAX_CLOCK_CELLS:
-            raise VerificationError(
-                f"{program.name}: too large to check for data races ({len(self.t)} steps x "
-                f"{ngroups} channels); verify a smaller instance of the same algorithm")
-        self.clock = np.zeros((len(self.t), ngroups), dtype=np.int32) if self.track_races \
-            else None
-        self.last_write: dict[tuple[int, int, int], int] = {}
-        self.readers: dict[tuple[int, int, int], list[int]] = {}
+            s = self.slot(rank, Buffer[buf.upper()], i)
+            self.elem[s] = value.index
+            self.bits[s] = _words(value.ranks, self.words)
 
-    def error(self, i: int, message: str, chunk: tuple[Buffer, int] | None = None):
+    def slot(self, part: int, buf: Buffer, index: int) -> int:
+        return int(self.base[3 * part + buf] + index)
+
+    def element(self, index: int, words: np.ndarray) -> Element:
+        return Element(int(index), _ranks(words))
+
+    def error(self, i: int, message: str, chunk: tuple[int, int] | None = None):
         part, chan, pos = self.p.where(i)
         return VerificationError(f"{self.p.name}: {message}", rank=part, channel=chan, step=pos,
-                                 chunk=None if chunk is None else (chunk[0].label, chunk[1]))
+                                 chunk=None if chunk is None else (Buffer(chunk[0]).label,
+                                                                   chunk[1]))
 
     def run(self) -> None:
         t = self.t
-        n = len(t)
         starts = t.channel_starts
-        indegree = np.diff(t.dep_ptr).astype(np.int64)
-        indegree[self.sender >= 0] += 1
-        first = np.zeros(n, dtype=bool)
-        first[starts[:-1]] = True
-        indegree[~first] += 1
-        succ: list[list[int]] = [[] for _ in range(n)]
-        owners = np.repeat(np.arange(n), np.diff(t.dep_ptr))
-        for d, o in zip(t.dep_idx.tolist(), owners.tolist(), strict=True):
-            succ[d].append(o)
-        for r, s in enumerate(self.sender.tolist()):
-            if s >= 0:
-                succ[s].append(r)
-        last = np.zeros(n, dtype=bool)
-        last[starts[1:] - 1] = True
-        ready = [int(i) for i in np.flatnonzero(indegree == 0)]
-        done = np.zeros(n, dtype=bool)
-        while ready:
-            i = ready.pop()
-            self.execute(i)
-            done[i] = True
-            nxt = succ[i] if last[i] else [*succ[i], i + 1]
-            for j in nxt:
-                indegree[j] -= 1
-                if indegree[j] == 0:
-                    ready.append(j)
+        group = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+        multi = np.bincount(t.part[starts[:-1]], minlength=len(self.p.participants)) > 1
+        err = np.zeros(7, dtype=np.int64)
+        err_bits = np.zeros((2, self.words), dtype=np.uint64)
+        table = (t.part, t.op, t.src_buf, t.src_off, t.dst_buf, t.dst_off, t.count, t.dep_ptr,
+                 t.dep_idx, group, t.position)
+        done = vk.execute(table, self.partner, self.base, multi, self.elem, self.bits, self.ptr,
+                          self.trace, err, err_bits)
+        if err[0] != vk.OK:
+            self.explain(err, err_bits)
         if not done.all():
             self.deadlock(done)
         self.check_post()
 
+    def explain(self, err: np.ndarray, err_bits: np.ndarray) -> None:
+        code, i, buf, index, other, ea, eb = err.tolist()
+        where = (buf, index)
+        if code == vk.MISSING:
+            raise self.error(i, "missing data: reads a chunk that holds no data", where)
+        if code == vk.RACE:
+            raise self.error(i, f"data race with step {self.t.position[other]} of channel "
+                                f"{self.t.chan[other]}: add a dependency between them", where)
+        a, b = self.element(ea, err_bits[0]), self.element(eb, err_bits[1])
+        if code == vk.DIFFERENT:
+            raise self.error(i, f"reduces different elements ({a.describe()} with "
+                                f"{b.describe()})", where)
+        twice = Element(a.index, a.ranks & b.ranks).describe()
+        raise self.error(i, f"double counting: {twice} reduced twice", where)
+
     def deadlock(self, done: np.ndarray) -> None:
         t = self.t
-        stuck = [int(t.channel_starts[g] + np.argmin(done[t.channel_starts[g]:
-                                                          t.channel_starts[g + 1]]))
-                 for g in range(len(t.channel_starts) - 1)
-                 if not done[t.channel_starts[g]:t.channel_starts[g + 1]].all()]
+        starts = t.channel_starts
+        stuck = [int(starts[g] + np.argmin(done[starts[g]:starts[g + 1]]))
+                 for g in np.flatnonzero(np.logical_and.reduceat(done, starts[:-1]) == 0)]
         i = stuck[0]
         waits = []
-        if self.sender[i] >= 0 and not done[self.sender[i]]:
+        sender = self.partner[i] if t.op[i] in (Op.RECV, Op.RECV_REDUCE) else -1
+        if sender >= 0 and not done[sender]:
             waits.append(f"a message from rank {t.peer[i]}")
-        waits += [f"step {self.position[d]} of channel {t.chan[d]}" for d in t.deps_of(i)
+        waits += [f"step {t.position[d]} of channel {t.chan[d]}" for d in t.deps_of(i)
                   if not done[d]]
         raise self.error(i, f"deadlock: {len(stuck)} channel(s) never finish; this step waits "
                             f"for {' and '.join(waits) or 'an earlier step'}")
 
-    def access(self, i: int, buf: Buffer, index: int, write: bool) -> None:
-        if not self.track_races:
-            return
-        key = (int(self.t.part[i]), int(buf), index)
-        clock = self.clock[i]
-        earlier = [self.last_write.get(key, -1)]
-        if write:
-            earlier += self.readers.get(key, [])
-        for a in earlier:
-            if a >= 0 and a != i and clock[self.group[a]] <= self.position[a]:
-                raise self.error(i, f"data race with step {self.position[a]} of channel "
-                                    f"{self.t.chan[a]}: add a dependency between them",
-                                 (buf, index))
-        if write:
-            self.last_write[key] = i
-            self.readers[key] = []
-        else:
-            self.readers.setdefault(key, []).append(i)
-
-    def stamp(self, i: int) -> None:
-        if not self.track_races:
-            return
-        t = self.t
-        c = self.clock[i]
-        if self.position[i] > 0:
-            np.maximum(c, self.clock[i - 1], out=c)
-        for d in t.deps_of(i):
-            np.maximum(c, self.clock[d], out=c)
-        if self.sender[i] >= 0:
-            np.maximum(c, self.clock[self.sender[i]], out=c)
-        c[self.group[i]] = self.position[i] + 1
-
-    def read(self, i: int, buf: Buffer, index: int) -> Element:
-        value = self.buffers[self.t.part[i]][buf][index]
-        if value is None:
-            raise self.error(i, "missing data: reads a chunk that holds no data", (buf, index))
-        self.access(i, buf, index, write=False)
-        return value
-
-    def write(self, i: int, buf: Buffer, index: int, value: Element) -> None:
-        self.access(i, buf, index, write=True)
-        self.buffers[self.t.part[i]][buf][index] = value
-
-    def combine(self, i: int, a: Element, b: Element, where: tuple[Buffer, int]) -> Element:
-        if a.index != b.index:
-            raise self.error(i, f"reduces different elements ({a.describe()} with "
-                                f"{b.describe()})", where)
-        if a.ranks & b.ranks:
-            twice = Element(a.index, a.ranks & b.ranks).describe()
-            raise self.error(i, f"double counting: {twice} reduced twice", where)
-        return Element(a.index, a.ranks | b.ranks)
-
-    def execute(self, i: int) -> None:
-        t = self.t
-        self.stamp(i)
-        op = Op(int(t.op[i]))
-        count = int(t.count[i])
-        src_buf = Buffer(int(t.src_buf[i])) if t.src_buf[i] >= 0 else None
-        dst_buf = Buffer(int(t.dst_buf[i])) if t.dst_buf[i] >= 0 else None
-        src0, dst0 = int(t.src_off[i]), int(t.dst_off[i])
-        if op is Op.SEND:
-            self.messages[i] = [self.read(i, src_buf, src0 + k) for k in range(count)]
-            if self.trace is not None:
-                self.trace[self.trace_ptr[i]:self.trace_ptr[i + 1]] = \
-                    [v.index for v in self.messages[i]]
-            return
-        if op.receives:
-            incoming = self.messages.pop(int(self.sender[i]))
-        for k in range(count):
-            where = (dst_buf, dst0 + k)
-            if op is Op.RECV:
-                value = incoming[k]
-            elif op is Op.RECV_REDUCE:
-                value = self.combine(i, self.read(i, src_buf, src0 + k), incoming[k], where)
-            elif op is Op.COPY:
-                value = self.read(i, src_buf, src0 + k)
-            else:
-                value = self.combine(i, self.read(i, dst_buf, dst0 + k),
-                                     self.read(i, src_buf, src0 + k), where)
-            self.write(i, dst_buf, dst0 + k, value)
-            if self.trace is not None:
-                self.trace[self.trace_ptr[i] + k] = value.index
-
     def check_post(self) -> None:
         post = postcondition(self.p.collective, self.p.nranks, self.p.chunk_factor, self.p.root)
-        for (rank, buf, index), want in post.items():
-            got = self.buffers[rank][Buffer.OUTPUT][index]
-            if got != want:
-                have = "no data" if got is None else got.describe()
-                raise VerificationError(
-                    f"{self.p.name}: postcondition of {self.p.collective.value} fails: holds "
-                    f"{have}, expected {want.describe()}", rank=rank, chunk=(buf, index))
+        keys = list(post)
+        slots = np.fromiter((self.slot(r, Buffer.OUTPUT, i) for r, _, i in keys), dtype=np.int64,
+                            count=len(keys))
+        want_elem = np.fromiter((v.index for v in post.values()), dtype=np.int64,
+                                count=len(keys))
+        masks = {v.ranks for v in post.values()}
+        words = {m: _words(m, self.words) for m in masks}
+        want_bits = np.array([words[v.ranks] for v in post.values()], dtype=np.uint64) \
+            .reshape(len(keys), self.words)
+        bad = np.flatnonzero((self.elem[slots] != want_elem)
+                             | (self.bits[slots] != want_bits).any(axis=1))
+        if len(bad) == 0:
+            return
+        k = int(bad[0])
+        rank, buf, index = keys[k]
+        s = int(slots[k])
+        have = "no data" if self.elem[s] < 0 else self.element(self.elem[s], self.bits[s]) \
+            .describe()
+        raise VerificationError(
+            f"{self.p.name}: postcondition of {self.p.collective.value} fails: holds "
+            f"{have}, expected {post[keys[k]].describe()}", rank=rank, chunk=(buf, index))

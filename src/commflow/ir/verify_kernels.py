@@ -36,7 +36,8 @@ one channel never need one.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.typed import Dict
 
 SEND, RECV, RECV_REDUCE, COPY, REDUCE = 0, 1, 2, 3, 4
 """Op codes, as :class:`commflow.ir.step.Op` numbers them (checked by the caller)."""
@@ -47,12 +48,20 @@ different elements, a contribution counted twice, a data race."""
 
 
 @njit(cache=True, nogil=True)
-def _happens_before(a, i, group, position, order, deps, sender, visit, stack, stamp):
-    """Whether step ``a`` (run before ``i``) happens before step ``i``: see the module."""
-    dep_ptr, dep_idx = deps
+def _happens_before(a, i, state, known):
+    """Whether step ``a`` (run before ``i``) happens before step ``i``: see the module.
+    ``known[gi * nchannels + ga] = pi << 32 | pa``: step ``pa`` of channel ``ga`` happens
+    before step ``pi`` of channel ``gi`` (a fact an earlier search proved; updated here)."""
+    group, position, order, dep_ptr, dep_idx, sender, visit, stack, stamp, nchannels = state
     ga, pa = group[a], position[a]
-    if group[i] == ga:
+    gi, pi = group[i], position[i]
+    if gi == ga:
         return True
+    key = gi * nchannels + ga
+    fact = known.get(key, -1)
+    if fact >= 0 and fact >> 32 <= pi and fact & 0xFFFFFFFF >= pa:
+        return True
+    stamp[0] += 1
     top = 0
     stack[top] = i
     top += 1
@@ -61,21 +70,23 @@ def _happens_before(a, i, group, position, order, deps, sender, visit, stack, st
         x = stack[top]
         npred = dep_ptr[x + 1] - dep_ptr[x] + 2
         for k in range(npred):
-            if k < npred - 2:
-                y = dep_idx[dep_ptr[x] + k]
-            elif k == npred - 2:
+            if k == 0:  # pushed first, searched last: the channel's previous step
+                y = x - 1 if position[x] > 0 else -1
+            elif k == 1:
                 y = sender[x]
             else:
-                y = x - 1 if position[x] > 0 else -1
+                y = dep_idx[dep_ptr[x] + k - 2]
             if y < 0:
                 continue
             if group[y] == ga:
                 if position[y] >= pa:
+                    if fact < 0 or position[y] > fact & 0xFFFFFFFF:
+                        known[key] = pi << 32 | position[y]
                     return True
                 continue
-            if order[y] < order[a] or visit[y] == stamp:
+            if order[y] < order[a] or visit[y] == stamp[0]:
                 continue
-            visit[y] = stamp
+            visit[y] = stamp[0]
             stack[top] = y
             top += 1
     return False
@@ -128,7 +139,9 @@ def execute(table, partner, base, multi, elem, bits, ptr, trace, err, err_bits):
     order = np.full(n, -1, dtype=np.int64)
     visit = np.zeros(n, dtype=np.int64)
     search = np.empty(n, dtype=np.int64)
-    stamp = 0
+    known = Dict.empty(key_type=types.int64, value_type=types.int64)
+    state = (group, position, order, dep_ptr, dep_idx, sender, visit, search,
+             np.zeros(1, dtype=np.int64), group[n - 1] + 1 if n else 0)
     done = np.zeros(n, dtype=np.bool_)
     stack = np.empty(n, dtype=np.int64)
     top = 0
@@ -160,12 +173,9 @@ def execute(table, partner, base, multi, elem, bits, ptr, trace, err, err_bits):
                     return done
                 if races:
                     w = last_write[s]
-                    if w >= 0 and w != i:
-                        stamp += 1
-                        if not _happens_before(w, i, group, position, order, (dep_ptr, dep_idx),
-                                               sender, visit, search, stamp):
-                            err[0], err[1], err[2], err[3], err[4] = RACE, i, buf, idx, w
-                            return done
+                    if w >= 0 and w != i and not _happens_before(w, i, state, known):
+                        err[0], err[1], err[2], err[3], err[4] = RACE, i, buf, idx, w
+                        return done
                     reader[nread] = i
                     nxt[nread] = head[s]
                     head[s] = nread
@@ -205,24 +215,17 @@ def execute(table, partner, base, multi, elem, bits, ptr, trace, err, err_bits):
             d = base[3 * part[i] + dst_buf[i]] + dst_off[i] + k
             if races:
                 e = last_write[d]
-                if e >= 0 and e != i:
-                    stamp += 1
-                    if not _happens_before(e, i, group, position, order, (dep_ptr, dep_idx),
-                                           sender, visit, search, stamp):
-                        err[0], err[1], err[2], err[3], err[4] = RACE, i, dst_buf[i], \
+                if e >= 0 and e != i and not _happens_before(e, i, state, known):
+                    err[0], err[1], err[2], err[3], err[4] = RACE, i, dst_buf[i], \
                             dst_off[i] + k, e
-                        return done
+                    return done
                 q = head[d]
                 while q >= 0:
                     e = reader[q]
-                    if e != i:
-                        stamp += 1
-                        if not _happens_before(e, i, group, position, order,
-                                               (dep_ptr, dep_idx), sender, visit, search,
-                                               stamp):
-                            err[0], err[1], err[2], err[3], err[4] = RACE, i, dst_buf[i], \
+                    if e != i and not _happens_before(e, i, state, known):
+                        err[0], err[1], err[2], err[3], err[4] = RACE, i, dst_buf[i], \
                                 dst_off[i] + k, e
-                            return done
+                        return done
                     q = nxt[q]
                 last_write[d] = i
                 head[d] = -1

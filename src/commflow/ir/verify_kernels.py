@@ -28,9 +28,16 @@ after ``a``'s position (the channel's order then leads from ``a`` to it) and pru
 that ran before ``a`` (``a`` cannot reach it: the run order is topological) and any step
 already visited in this search. Every path ``a -> i`` is a chain of such predecessor edges
 whose steps all ran after ``a``, so the search finds it when it exists, through any number
-of other participants (a message chain), and finds nothing otherwise. Programs order their
-channels with explicit dependencies, so almost every search ends at its first edge; steps of
-one channel never need one.
+of other participants (a message chain), and finds nothing otherwise. Each proof is also
+remembered per pair of channels (``gi``, ``ga``) as "position ``pa`` of ``ga`` happens before
+position ``pi`` of ``gi``"; a later question about ``a'`` at or before ``pa`` on ``ga`` and
+``i'`` at or after ``pi`` on ``gi`` is then answered yes without a search, which is exact by
+transitivity (``a' -> a -> i -> i'`` along the two channels). Steps of one channel never need
+a search. A search visits at most the steps run between ``a`` and ``i``; programs order their
+channels with explicit dependencies, which are searched first, so on the synthesized
+programs a search visits a few steps on average (DGX A100 x2 allreduce: 5 million visits for
+1.1 million searches). Memory is linear in steps and moved chunks: no clock of steps x
+channels.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commflow.collectives import Element, postcondition, precondition
+from commflow.collectives import ChunkValues, Element, final_chunks, initial_chunks
 from commflow.errors import VerificationError
 from commflow.ir import verify_kernels as vk
 from commflow.ir.matching import match_transfers
@@ -75,14 +75,24 @@ class _Execution:
         self.words = max(1, (program.nranks + 63) // 64)
         self.elem = np.full(int(self.base[-1]), -1, dtype=np.int64)
         self.bits = np.zeros((int(self.base[-1]), self.words), dtype=np.uint64)
-        for (rank, buf, i), value in precondition(program.collective, program.nranks,
-                                                   program.chunk_factor, program.root).items():
-            s = self.slot(rank, Buffer[buf.upper()], i)
-            self.elem[s] = value.index
-            self.bits[s] = _words(value.ranks, self.words)
+        init = initial_chunks(program.collective, program.nranks, program.chunk_factor,
+                              program.root)
+        slots = self.slots(init, Buffer.INPUT)
+        self.elem[slots] = init.element
+        self.bits[slots] = self.bit_sets(init)
 
-    def slot(self, part: int, buf: Buffer, index: int) -> int:
-        return int(self.base[3 * part + buf] + index)
+    def slots(self, values: ChunkValues, buf: Buffer) -> np.ndarray:
+        """The slots of ``values``' chunks in buffer ``buf``."""
+        return self.base[3 * values.rank + buf] + values.index
+
+    def bit_sets(self, values: ChunkValues) -> np.ndarray:
+        """The contributor bit sets of ``values``, one row of words each."""
+        out = np.zeros((len(values.rank), self.words), dtype=np.uint64)
+        out[values.contributor < 0] = _words((1 << self.p.nranks) - 1, self.words)
+        one = np.flatnonzero(values.contributor >= 0)
+        c = values.contributor[one]
+        out[one, c // 64] = np.left_shift(np.uint64(1), (c % 64).astype(np.uint64))
+        return out
 
     def element(self, index: int, words: np.ndarray) -> Element:
         return Element(int(index), _ranks(words))
@@ -141,25 +151,18 @@ class _Execution:
                             f"for {' and '.join(waits) or 'an earlier step'}")
 
     def check_post(self) -> None:
-        post = postcondition(self.p.collective, self.p.nranks, self.p.chunk_factor, self.p.root)
-        keys = list(post)
-        slots = np.fromiter((self.slot(r, Buffer.OUTPUT, i) for r, _, i in keys), dtype=np.int64,
-                            count=len(keys))
-        want_elem = np.fromiter((v.index for v in post.values()), dtype=np.int64,
-                                count=len(keys))
-        masks = {v.ranks for v in post.values()}
-        words = {m: _words(m, self.words) for m in masks}
-        want_bits = np.array([words[v.ranks] for v in post.values()], dtype=np.uint64) \
-            .reshape(len(keys), self.words)
-        bad = np.flatnonzero((self.elem[slots] != want_elem)
-                             | (self.bits[slots] != want_bits).any(axis=1))
+        post = final_chunks(self.p.collective, self.p.nranks, self.p.chunk_factor, self.p.root)
+        slots = self.slots(post, Buffer.OUTPUT)
+        bad = np.flatnonzero((self.elem[slots] != post.element)
+                             | (self.bits[slots] != self.bit_sets(post)).any(axis=1))
         if len(bad) == 0:
             return
         k = int(bad[0])
-        rank, buf, index = keys[k]
         s = int(slots[k])
         have = "no data" if self.elem[s] < 0 else self.element(self.elem[s], self.bits[s]) \
             .describe()
+        want = self.element(post.element[k], self.bit_sets(post)[k]).describe()
         raise VerificationError(
             f"{self.p.name}: postcondition of {self.p.collective.value} fails: holds "
-            f"{have}, expected {post[keys[k]].describe()}", rank=rank, chunk=(buf, index))
+            f"{have}, expected {want}", rank=int(post.rank[k]), chunk=("output",
+                                                                        int(post.index[k])))

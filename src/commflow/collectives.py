@@ -24,6 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
+
+import numpy as np
 
 from commflow.errors import CommflowError
 
@@ -132,58 +135,83 @@ class Element:
         return f"element {self.index} from ranks {{{', '.join(map(str, members))}}}"
 
 
+class ChunkValues(NamedTuple):
+    """Chunk values as parallel arrays (int64, one entry per chunk, ordered by rank, then
+    index): chunk ``index`` of ``rank``'s buffer holds element ``element`` with the
+    contribution of rank ``contributor``, or of every rank where ``contributor`` is -1."""
+
+    rank: np.ndarray
+    index: np.ndarray
+    element: np.ndarray
+    contributor: np.ndarray
+
+    def as_dict(self, buffer: str, nranks: int) -> dict[tuple[int, str, int], Element]:
+        """``{(rank, buffer, index): Element}``."""
+        everyone = (1 << nranks) - 1
+        return {(r, buffer, i): Element(e, everyone if c < 0 else 1 << c)
+                for r, i, e, c in zip(self.rank.tolist(), self.index.tolist(),
+                                      self.element.tolist(), self.contributor.tolist(),
+                                      strict=True)}
+
+
+def _per_rank(ranks: list[int], chunks: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rank, index)`` of ``chunks`` chunks on each of ``ranks``."""
+    return (np.repeat(np.asarray(ranks, dtype=np.int64), chunks),
+            np.tile(np.arange(chunks, dtype=np.int64), len(ranks)))
+
+
+def initial_chunks(
+    collective: Collective, nranks: int, chunk_factor: int, root: int | None = None
+) -> ChunkValues:
+    """Initial input chunk values (absent chunks are empty), as arrays."""
+    n, cf = nranks, chunk_factor
+    rooted = collective.rooted and collective in (Collective.BROADCAST, Collective.SCATTER)
+    ranks = ([] if root is None else [root]) if rooted else list(range(n))
+    rank, i = _per_rank(ranks, buffer_shape(collective, n, cf).input)
+    if collective is Collective.ALLTOALL:
+        element = rank * n * cf + i
+    elif collective in (Collective.ALLGATHER, Collective.GATHER):
+        element = rank * cf + i
+    else:
+        element = i.copy()
+    return ChunkValues(rank, i, element, rank.copy())
+
+
+def final_chunks(
+    collective: Collective, nranks: int, chunk_factor: int, root: int | None = None
+) -> ChunkValues:
+    """Required final output chunk values, as arrays."""
+    n, cf = nranks, chunk_factor
+    rooted = collective in (Collective.REDUCE, Collective.GATHER)
+    ranks = ([] if root is None else [root]) if rooted else list(range(n))
+    gathers = collective in (Collective.ALLGATHER, Collective.GATHER, Collective.ALLTOALL)
+    rank, i = _per_rank(ranks, n * cf if gathers else cf)
+    if collective in (Collective.ALLREDUCE, Collective.REDUCE):
+        return ChunkValues(rank, i, i.copy(), np.full_like(i, -1))
+    if collective is Collective.BROADCAST:
+        return ChunkValues(rank, i, i.copy(), np.full_like(i, root))
+    if collective in (Collective.ALLGATHER, Collective.GATHER):
+        return ChunkValues(rank, i, i.copy(), i // cf)
+    if collective is Collective.REDUCESCATTER:
+        return ChunkValues(rank, i, rank * cf + i, np.full_like(i, -1))
+    if collective is Collective.SCATTER:
+        return ChunkValues(rank, i, rank * cf + i, np.full_like(i, root))
+    src, k = np.divmod(i, cf)
+    return ChunkValues(rank, i, src * n * cf + rank * cf + k, src)
+
+
 def precondition(
     collective: Collective, nranks: int, chunk_factor: int, root: int | None = None
 ) -> dict[tuple[int, str, int], Element]:
     """Initial chunk values: ``{(rank, "input", index): Element}`` (absent chunks are empty)."""
-    n, cf = nranks, chunk_factor
-    shape = buffer_shape(collective, n, cf)
-    init: dict[tuple[int, str, int], Element] = {}
-    for r in range(n):
-        if collective.rooted and collective in (Collective.BROADCAST, Collective.SCATTER) \
-                and r != root:
-            continue
-        for i in range(shape.input):
-            if collective is Collective.ALLTOALL:
-                index = r * n * cf + i
-            elif collective in (Collective.ALLGATHER, Collective.GATHER):
-                index = r * cf + i
-            else:
-                index = i
-            init[(r, "input", i)] = Element(index, 1 << r)
-    return init
+    return initial_chunks(collective, nranks, chunk_factor, root).as_dict("input", nranks)
 
 
 def postcondition(
     collective: Collective, nranks: int, chunk_factor: int, root: int | None = None
 ) -> dict[tuple[int, str, int], Element]:
     """Required final chunk values: ``{(rank, "output", index): Element}``."""
-    n, cf = nranks, chunk_factor
-    everyone = (1 << n) - 1
-    post: dict[tuple[int, str, int], Element] = {}
-    for r in range(n):
-        if collective in (Collective.REDUCE, Collective.GATHER) and r != root:
-            continue
-        if collective is Collective.ALLREDUCE or collective is Collective.REDUCE:
-            for i in range(cf):
-                post[(r, "output", i)] = Element(i, everyone)
-        elif collective is Collective.BROADCAST:
-            for i in range(cf):
-                post[(r, "output", i)] = Element(i, 1 << root)
-        elif collective in (Collective.ALLGATHER, Collective.GATHER):
-            for i in range(n * cf):
-                post[(r, "output", i)] = Element(i, 1 << (i // cf))
-        elif collective is Collective.REDUCESCATTER:
-            for k in range(cf):
-                post[(r, "output", k)] = Element(r * cf + k, everyone)
-        elif collective is Collective.SCATTER:
-            for k in range(cf):
-                post[(r, "output", k)] = Element(r * cf + k, 1 << root)
-        else:
-            for i in range(n * cf):
-                src, k = divmod(i, cf)
-                post[(r, "output", i)] = Element(src * n * cf + r * cf + k, 1 << src)
-    return post
+    return final_chunks(collective, nranks, chunk_factor, root).as_dict("output", nranks)
 
 
 def check_root(collective: Collective, nranks: int, root: int | None) -> int | None:

@@ -11,20 +11,26 @@ order (sends are buffered: a send completes without waiting for its receive), an
 - steps of different channels of one participant that touch the same chunk (one writing) are
   ordered by dependencies (no data race);
 - the collective's postcondition holds on every rank's output.
+
+The execution is compiled (:mod:`commflow.ir.verify_kernels`, which also says why its race
+check is sound): memory linear in steps and chunks, no clock of steps x channels, so
+synthesized multi-box programs of millions of steps verify in seconds.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from commflow.collectives import Element, postcondition, precondition
+from commflow.collectives import ChunkValues, Element, final_chunks, initial_chunks
 from commflow.errors import VerificationError
+from commflow.ir import verify_kernels as vk
 from commflow.ir.matching import match_transfers
 from commflow.ir.program import Program
 from commflow.ir.step import Buffer, Op
 from commflow.ir.target import Target, bounded, get_target
 
-_SEND, _RECV, _RECV_REDUCE, _COPY = int(Op.SEND), int(Op.RECV), int(Op.RECV_REDUCE), int(Op.COPY)
+assert (Op.SEND, Op.RECV, Op.RECV_REDUCE, Op.COPY, Op.REDUCE) == (
+    vk.SEND, vk.RECV, vk.RECV_REDUCE, vk.COPY, vk.REDUCE)
 
 
 def verify(program: Program, *, target: Target | str | None = None,
@@ -50,216 +56,128 @@ def element_trace(program: Program) -> np.ndarray:
     written), with ``ptr = [0, cumsum(count)]``. Executors use it to size chunks when a buffer
     does not divide evenly into chunks.
     """
-    execution = _Execution(program, trace=True)
+    execution = _Execution(program)
     execution.run()
     return execution.trace
 
 
+def _words(ranks: int, words: int) -> np.ndarray:
+    """The bit set ``ranks`` as ``words`` little-endian 64-bit words."""
+    return np.array([ranks >> (64 * w) & (2**64 - 1) for w in range(words)], dtype=np.uint64)
+
+
+def _ranks(words: np.ndarray) -> int:
+    """The bit set held in ``words`` (inverse of :func:`_words`)."""
+    return sum(int(x) << (64 * w) for w, x in enumerate(words.tolist()))
+
+
 class _Execution:
-    def __init__(self, program: Program, target: Target | None = None,
-                 trace: bool = False) -> None:
+    """One symbolic run of a program: its chunk values, as slots numbered per participant and
+    buffer, and the trace of moved elements."""
+
+    def __init__(self, program: Program, target: Target | None = None) -> None:
         self.p = program
         self.target = target
-        self.t = program.table
-        self.trace_ptr = np.concatenate(([0], np.cumsum(self.t.count, dtype=np.int64))) \
-            if trace else None
-        self.trace = np.full(int(self.trace_ptr[-1]), -1, dtype=np.int64) if trace else None
-        self.sender = match_transfers(program)
-        self.buffers = [[[None] * part.chunks(b) for b in Buffer] for part in program.participants]
-        for (rank, buf, i), value in precondition(program.collective, program.nranks,
-                                                   program.chunk_factor, program.root).items():
-            self.buffers[rank][Buffer[buf.upper()]][i] = value
-        self.messages: dict[int, list[Element | None]] = {}
-        t = self.t
-        # plain lists: indexing them is several times cheaper than numpy scalars per step
-        self.op, self.count, self.part = t.op.tolist(), t.count.tolist(), t.part.tolist()
-        self.src_buf, self.src_off = t.src_buf.tolist(), t.src_off.tolist()
-        self.dst_buf, self.dst_off = t.dst_buf.tolist(), t.dst_off.tolist()
-        self.sender_l = self.sender.tolist()
-        starts = self.t.channel_starts
-        self.group = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
-        self.group_l = self.group.tolist()
-        self.position = self.t.position
-        multi = np.bincount(self.t.part[starts[:-1]], minlength=len(program.participants)) > 1
-        self.track_races = bool(multi.any())
-        self.pairs: list[tuple[int, int, int, int]] = []
-        """Accesses to one chunk from two channels, one writing: ``(earlier, later, buffer,
-        index)``, checked for a happens-before order after the execution (:meth:`races`)."""
-        self.order: list[int] = []
-        self.last_write: dict[tuple[int, int, int], int] = {}
-        self.readers: dict[tuple[int, int, int], list[int]] = {}
+        self.t = t = program.table
+        self.ptr = np.concatenate(([0], np.cumsum(t.count, dtype=np.int64)))
+        self.trace = np.full(int(self.ptr[-1]), -1, dtype=np.int64)
+        self.partner = match_transfers(program, mirror=True)
+        sizes = [part.chunks(b) for part in program.participants for b in Buffer]
+        self.base = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+        self.words = max(1, (program.nranks + 63) // 64)
+        self.elem = np.full(int(self.base[-1]), -1, dtype=np.int64)
+        self.bits = np.zeros((int(self.base[-1]), self.words), dtype=np.uint64)
+        init = initial_chunks(program.collective, program.nranks, program.chunk_factor,
+                              program.root)
+        slots = self.slots(init, Buffer.INPUT)
+        self.elem[slots] = init.element
+        self.bits[slots] = self.bit_sets(init)
+
+    def slots(self, values: ChunkValues, buf: Buffer) -> np.ndarray:
+        """The slots of ``values``' chunks in buffer ``buf``."""
+        return self.base[3 * values.rank + buf] + values.index
+
+    def bit_sets(self, values: ChunkValues) -> np.ndarray:
+        """The contributor bit sets of ``values``, one row of words each."""
+        out = np.zeros((len(values.rank), self.words), dtype=np.uint64)
+        out[values.contributor < 0] = _words((1 << self.p.nranks) - 1, self.words)
+        one = np.flatnonzero(values.contributor >= 0)
+        c = values.contributor[one]
+        out[one, c // 64] = np.left_shift(np.uint64(1), (c % 64).astype(np.uint64))
+        return out
+
+    def element(self, index: int, words: np.ndarray) -> Element:
+        return Element(int(index), _ranks(words))
 
     def error(self, i: int, message: str, chunk: tuple[int, int] | None = None):
         part, chan, pos = self.p.where(i)
-        where = None if chunk is None else (Buffer(chunk[0]).label, chunk[1])
         return VerificationError(f"{self.p.name}: {message}", rank=part, channel=chan, step=pos,
-                                 chunk=where)
+                                 chunk=None if chunk is None else (Buffer(chunk[0]).label,
+                                                                   chunk[1]))
 
     def run(self) -> None:
         t = self.t
-        n = len(t)
         starts = t.channel_starts
-        indegree = np.diff(t.dep_ptr).astype(np.int64)
-        indegree[self.sender >= 0] += 1
-        first = np.zeros(n, dtype=bool)
-        first[starts[:-1]] = True
-        indegree[~first] += 1
-        succ: list[list[int]] = [[] for _ in range(n)]
-        owners = np.repeat(np.arange(n), np.diff(t.dep_ptr))
-        for d, o in zip(t.dep_idx.tolist(), owners.tolist(), strict=True):
-            succ[d].append(o)
-        for r, s in enumerate(self.sender.tolist()):
-            if s >= 0:
-                succ[s].append(r)
-        last = np.zeros(n, dtype=bool)
-        last[starts[1:] - 1] = True
-        ready = [int(i) for i in np.flatnonzero(indegree == 0)]
-        done = np.zeros(n, dtype=bool)
-        while ready:
-            i = ready.pop()
-            self.execute(i)
-            done[i] = True
-            nxt = succ[i] if last[i] else [*succ[i], i + 1]
-            for j in nxt:
-                indegree[j] -= 1
-                if indegree[j] == 0:
-                    ready.append(j)
+        group = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+        multi = np.bincount(t.part[starts[:-1]], minlength=len(self.p.participants)) > 1
+        err = np.zeros(7, dtype=np.int64)
+        err_bits = np.zeros((2, self.words), dtype=np.uint64)
+        table = (t.part, t.op, t.src_buf, t.src_off, t.dst_buf, t.dst_off, t.count, t.dep_ptr,
+                 t.dep_idx, group, t.position)
+        done = vk.execute(table, self.partner, self.base, multi, self.elem, self.bits, self.ptr,
+                          self.trace, err, err_bits)
+        if err[0] != vk.OK:
+            self.explain(err, err_bits)
         if not done.all():
             self.deadlock(done)
-        self.races()
         self.check_post()
+
+    def explain(self, err: np.ndarray, err_bits: np.ndarray) -> None:
+        code, i, buf, index, other, ea, eb = err.tolist()
+        where = (buf, index)
+        if code == vk.MISSING:
+            raise self.error(i, "missing data: reads a chunk that holds no data", where)
+        if code == vk.RACE:
+            raise self.error(i, f"data race with step {self.t.position[other]} of channel "
+                                f"{self.t.chan[other]}: add a dependency between them", where)
+        a, b = self.element(ea, err_bits[0]), self.element(eb, err_bits[1])
+        if code == vk.DIFFERENT:
+            raise self.error(i, f"reduces different elements ({a.describe()} with "
+                                f"{b.describe()})", where)
+        twice = Element(a.index, a.ranks & b.ranks).describe()
+        raise self.error(i, f"double counting: {twice} reduced twice", where)
 
     def deadlock(self, done: np.ndarray) -> None:
         t = self.t
-        stuck = [int(t.channel_starts[g] + np.argmin(done[t.channel_starts[g]:
-                                                          t.channel_starts[g + 1]]))
-                 for g in range(len(t.channel_starts) - 1)
-                 if not done[t.channel_starts[g]:t.channel_starts[g + 1]].all()]
+        starts = t.channel_starts
+        stuck = [int(starts[g] + np.argmin(done[starts[g]:starts[g + 1]]))
+                 for g in np.flatnonzero(np.logical_and.reduceat(done, starts[:-1]) == 0)]
         i = stuck[0]
         waits = []
-        if self.sender[i] >= 0 and not done[self.sender[i]]:
+        sender = self.partner[i] if t.op[i] in (Op.RECV, Op.RECV_REDUCE) else -1
+        if sender >= 0 and not done[sender]:
             waits.append(f"a message from rank {t.peer[i]}")
-        waits += [f"step {self.position[d]} of channel {t.chan[d]}" if t.part[d] == t.part[i]
-                  else f"buffer room toward rank {t.part[d]} (its step {self.position[d]} of "
+        waits += [f"step {t.position[d]} of channel {t.chan[d]}" if t.part[d] == t.part[i]
+                  else f"buffer room toward rank {t.part[d]} (its step {t.position[d]} of "
                        f"channel {t.chan[d]} must receive first)"
                   for d in t.deps_of(i) if not done[d]]
         on = f" on {self.target.describe()}" if self.target and self.target.bounded else ""
         raise self.error(i, f"deadlock{on}: {len(stuck)} channel(s) never finish; this step "
                             f"waits for {' and '.join(waits) or 'an earlier step'}")
 
-    def access(self, i: int, buf: int, index: int, write: bool) -> None:
-        if not self.track_races:
-            return
-        key = (self.part[i], buf, index)
-        group = self.group_l[i]
-        a = self.last_write.get(key, -1)
-        if a >= 0 and self.group_l[a] != group:
-            self.pairs.append((a, i, buf, index))
-        if write:
-            for a in self.readers.get(key, ()):
-                if self.group_l[a] != group:
-                    self.pairs.append((a, i, buf, index))
-            self.last_write[key] = i
-            self.readers[key] = []
-        else:
-            self.readers.setdefault(key, []).append(i)
-
-    def races(self) -> None:
-        """Raise for the first recorded pair of accesses (in execution order) whose earlier
-        step does not happen before the later one. Happens-before is computed one channel at
-        a time, for the channels that hold an earlier access only: that channel's entry of
-        every step's vector clock (:func:`~commflow.ir.verify_kernels.reach`), one pass over
-        the execution order each; exact, and linear in steps per such channel."""
-        if not self.pairs:
-            return
-        from commflow.ir.verify_kernels import reach
-
-        t = self.t
-        first = np.zeros(len(t), dtype=np.bool_)
-        first[t.channel_starts[:-1]] = True
-        order = np.asarray(self.order, dtype=np.int64)
-        seen = np.empty(len(t), dtype=np.int64)
-        seen[order] = np.arange(len(order))
-        group = self.group.astype(np.int64)
-        earlier = np.array([a for a, *_ in self.pairs], dtype=np.int64)
-        later = np.array([b for _, b, *_ in self.pairs], dtype=np.int64)
-        # most pairs are ordered by a dependency of the later step on the earlier one's
-        # channel at or after it: settled here, the rest by the clocks
-        ndeps = t.dep_ptr[later + 1] - t.dep_ptr[later]
-        owner = np.repeat(np.arange(len(later)), ndeps)
-        within = np.arange(int(ndeps.sum())) - np.repeat(np.cumsum(ndeps) - ndeps, ndeps)
-        dep = t.dep_idx[np.repeat(t.dep_ptr[later], ndeps) + within]
-        hit = (group[dep] == group[earlier[owner]]) & \
-            (self.position[dep] >= self.position[earlier[owner]])
-        open_pairs = np.flatnonzero(np.bincount(owner[hit], minlength=len(later)) == 0)
-        clock = np.empty(len(t), dtype=np.int64)
-        bad = []
-        for r in np.unique(group[earlier[open_pairs]]).tolist():
-            reach(order, first, t.dep_ptr, t.dep_idx, self.sender, group, self.position, r,
-                  clock)
-            mine = open_pairs[group[earlier[open_pairs]] == r]
-            unordered = mine[clock[later[mine]] < self.position[earlier[mine]]]
-            bad += unordered.tolist()
-        if bad:
-            k = min(bad, key=lambda k: (seen[later[k]], k))
-            a, b, buf, index = self.pairs[k]
-            raise self.error(b, f"data race with step {self.position[a]} of channel "
-                                f"{t.chan[a]}: add a dependency between them", (buf, index))
-
-    def read(self, i: int, buf: int, index: int) -> Element:
-        value = self.buffers[self.part[i]][buf][index]
-        if value is None:
-            raise self.error(i, "missing data: reads a chunk that holds no data", (buf, index))
-        self.access(i, buf, index, write=False)
-        return value
-
-    def write(self, i: int, buf: int, index: int, value: Element) -> None:
-        self.access(i, buf, index, write=True)
-        self.buffers[self.part[i]][buf][index] = value
-
-    def combine(self, i: int, a: Element, b: Element, where: tuple[int, int]) -> Element:
-        if a.index != b.index:
-            raise self.error(i, f"reduces different elements ({a.describe()} with "
-                                f"{b.describe()})", where)
-        if a.ranks & b.ranks:
-            twice = Element(a.index, a.ranks & b.ranks).describe()
-            raise self.error(i, f"double counting: {twice} reduced twice", where)
-        return Element(a.index, a.ranks | b.ranks)
-
-    def execute(self, i: int) -> None:
-        self.order.append(i)
-        op, count = self.op[i], self.count[i]
-        src_buf, dst_buf = self.src_buf[i], self.dst_buf[i]
-        src0, dst0 = self.src_off[i], self.dst_off[i]
-        if op == _SEND:
-            message = [self.read(i, src_buf, src0 + k) for k in range(count)]
-            self.messages[i] = message
-            if self.trace is not None:
-                self.trace[self.trace_ptr[i]:self.trace_ptr[i + 1]] = [v.index for v in message]
-            return
-        if op in (_RECV, _RECV_REDUCE):
-            incoming = self.messages.pop(self.sender_l[i])
-        for k in range(count):
-            if op == _RECV:
-                value = incoming[k]
-            elif op == _RECV_REDUCE:
-                value = self.combine(i, self.read(i, src_buf, src0 + k), incoming[k],
-                                     (dst_buf, dst0 + k))
-            elif op == _COPY:
-                value = self.read(i, src_buf, src0 + k)
-            else:
-                value = self.combine(i, self.read(i, dst_buf, dst0 + k),
-                                     self.read(i, src_buf, src0 + k), (dst_buf, dst0 + k))
-            self.write(i, dst_buf, dst0 + k, value)
-            if self.trace is not None:
-                self.trace[self.trace_ptr[i] + k] = value.index
-
     def check_post(self) -> None:
-        post = postcondition(self.p.collective, self.p.nranks, self.p.chunk_factor, self.p.root)
-        for (rank, buf, index), want in post.items():
-            got = self.buffers[rank][Buffer.OUTPUT][index]
-            if got != want:
-                have = "no data" if got is None else got.describe()
-                raise VerificationError(
-                    f"{self.p.name}: postcondition of {self.p.collective.value} fails: holds "
-                    f"{have}, expected {want.describe()}", rank=rank, chunk=(buf, index))
+        post = final_chunks(self.p.collective, self.p.nranks, self.p.chunk_factor, self.p.root)
+        slots = self.slots(post, Buffer.OUTPUT)
+        bad = np.flatnonzero((self.elem[slots] != post.element)
+                             | (self.bits[slots] != self.bit_sets(post)).any(axis=1))
+        if len(bad) == 0:
+            return
+        k = int(bad[0])
+        s = int(slots[k])
+        have = "no data" if self.elem[s] < 0 else self.element(self.elem[s], self.bits[s]) \
+            .describe()
+        want = self.element(post.element[k], self.bit_sets(post)[k]).describe()
+        raise VerificationError(
+            f"{self.p.name}: postcondition of {self.p.collective.value} fails: holds "
+            f"{have}, expected {want}", rank=int(post.rank[k]), chunk=("output",
+                                                                        int(post.index[k])))

@@ -11,7 +11,6 @@ import atexit
 import mmap
 import os
 import re
-import shutil
 import stat
 import time
 from pathlib import Path
@@ -58,17 +57,13 @@ class SharedRegion:
             raise CommflowError(
                 f"shared memory {path} already exists: another job uses the same id, or a "
                 f"crashed one left it; remove it or choose another job id") from None
-        try:  # reserve the pages now: a sparse file would SIGBUS on first touch when full
-            os.posix_fallocate(fd, 0, size)
+        try:
+            os.ftruncate(fd, size)
         except OSError as err:
             os.close(fd)
             path.unlink(missing_ok=True)
-            free = shutil.disk_usage(SHM_DIR).free
-            raise CommflowError(
-                f"not enough shared memory: this job needs {size / 2**20:.1f} MiB in "
-                f"{SHM_DIR}, which has {free / 2**20:.1f} MiB free ({err.strerror}); enlarge it "
-                "(docker run --shm-size=1g, or mount -o remount,size=... /dev/shm) or run fewer "
-                "ranks per host") from None
+            raise CommflowError(f"cannot size shared memory {path} to {size} bytes: {err}; "
+                                f"is /dev/shm large enough?") from err
         return cls(name, fd, size, owner=True)
 
     @classmethod

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from commflow.errors import CommflowError
 from commflow.runtime.cluster import link_delay
-from commflow.runtime.communicator import Communicator
+from commflow.runtime.communicator import Communicator, check_timeout
 from commflow.runtime.shm import SharedRegion, segment_name
 from commflow.runtime.transport.engine import open_wire
 from commflow.runtime.transport.routed import RoutedTransport, host_indices, host_key
@@ -16,7 +16,8 @@ from commflow.runtime.transport.shm import ShmHost, ShmLayout, ShmTransport
 from commflow.runtime.world import WorldSpec, detect_world
 
 DEFAULT_TIMEOUT = 300.0
-"""Seconds any blocking wait may take before ``CommTimeoutError``."""
+"""Seconds any blocking wait may take before ``CommTimeoutError`` unless ``init(timeout=)`` or
+the environment variable ``COMMFLOW_TIMEOUT`` says otherwise."""
 
 _SHM_BUDGET = 256 << 20
 _NSLOTS = 8
@@ -56,13 +57,14 @@ def init(
     local_rank: int | None = None,
     local_size: int | None = None,
     job: str | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
 ) -> Communicator:
     """Join the job and return the world communicator.
 
     With no arguments the world comes from the environment (``commflow run``, torchrun or
     mpirun); otherwise pass ``rank`` and ``world_size`` (and ``job``, a token shared by the
-    ranks). ``timeout`` (s) bounds every blocking wait.
+    ranks). ``timeout`` (s) bounds every blocking wait: by default ``COMMFLOW_TIMEOUT`` from the
+    environment, else :data:`DEFAULT_TIMEOUT` (300 s).
 
     When the local size is below the world size or ``COMMFLOW_HOST`` is set, ranks may sit on
     several hosts: they connect through an engine (``COMMFLOW_ENGINE``: ``gloo``, the default,
@@ -72,6 +74,7 @@ def init(
     ranks. Raises ``CommflowError`` when the world is inconsistent or the ranks do not all
     arrive within ``timeout``.
     """
+    timeout = default_timeout(os.environ) if timeout is None else check_timeout(timeout, "init")
     if rank is None and world_size is None:
         spec = detect_world()
     elif rank is None or world_size is None:
@@ -90,6 +93,19 @@ def init(
     bind_to_cpus(spec.local_rank, spec.local_size, os.environ)
     transport = _shm_transport(spec.job, spec.local_rank, list(range(spec.size)), "host0", timeout)
     return Communicator(spec, transport, timeout=timeout)
+
+
+def default_timeout(env: Mapping[str, str]) -> float:
+    """``COMMFLOW_TIMEOUT`` (seconds) from ``env``, else :data:`DEFAULT_TIMEOUT`; raises
+    ``CommflowError`` when it is not a finite number above 0."""
+    text = env.get("COMMFLOW_TIMEOUT")
+    if text is None:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        raise CommflowError(f"COMMFLOW_TIMEOUT={text!r}: expected seconds, e.g. 60") from None
+    return check_timeout(value, "COMMFLOW_TIMEOUT")
 
 
 def bind_to_cpus(local_rank: int, local_size: int, env: Mapping[str, str]) -> tuple[int, ...]:

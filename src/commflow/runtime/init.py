@@ -58,6 +58,7 @@ def init(
     local_size: int | None = None,
     job: str | None = None,
     timeout: float | None = None,
+    store=None,
 ) -> Communicator:
     """Join the job and return the world communicator.
 
@@ -68,7 +69,8 @@ def init(
 
     When the local size is below the world size or ``COMMFLOW_HOST`` is set, ranks may sit on
     several hosts: they connect through an engine (``COMMFLOW_ENGINE``: ``gloo``, the default,
-    meeting at ``MASTER_ADDR:MASTER_PORT``; ``mpi``, the default under mpirun), group by host
+    meeting at ``MASTER_ADDR:MASTER_PORT``, or through ``store``, a torch.distributed store,
+    when given; ``mpi``, the default under mpirun), group by host
     (``COMMFLOW_HOST``, else the hostname), and use shared memory inside a host and the engine
     between hosts; the communicator's ``local_rank``/``local_size`` then count this host's
     ranks. Raises ``CommflowError`` when the world is inconsistent or the ranks do not all
@@ -89,7 +91,7 @@ def init(
             source="explicit",
         )
     if spec.local_size != spec.size or "COMMFLOW_HOST" in os.environ:
-        return _join_hosts(spec, os.environ, timeout=timeout)
+        return _join_hosts(spec, os.environ, timeout=timeout, store=store)
     bind_to_cpus(spec.local_rank, spec.local_size, os.environ)
     transport = _shm_transport(spec.job, spec.local_rank, list(range(spec.size)), "host0", timeout)
     return Communicator(spec, transport, timeout=timeout)
@@ -124,13 +126,18 @@ def bind_to_cpus(local_rank: int, local_size: int, env: Mapping[str, str]) -> tu
     return mine
 
 
-def _join_hosts(spec: WorldSpec, env: Mapping[str, str], *, timeout: float) -> Communicator:
+def _join_hosts(
+    spec: WorldSpec, env: Mapping[str, str], *, timeout: float, store=None
+) -> Communicator:
     """Join a job whose ranks may sit on several hosts (see :func:`init`): after the host
     keys are exchanged, each host's ranks share the segment ``commflow.<job>.host<i>`` and
     messages between hosts are held :func:`~commflow.runtime.cluster.link_delay` seconds. One
     host's ranks only get the plain shared-memory transport."""
     engine = env.get("COMMFLOW_ENGINE") or ("mpi" if spec.source == "mpi" else "gloo")
-    wire = open_wire(engine, rank=spec.rank, size=spec.size, job=spec.job, timeout=timeout, env=env)
+    wire = open_wire(
+        engine, rank=spec.rank, size=spec.size, job=spec.job, timeout=timeout, env=env,
+        store=store,
+    )
     hosts = host_indices(wire.allgather(host_key(env)))
     here = hosts[spec.rank]
     ranks = [r for r, h in enumerate(hosts) if h == here]

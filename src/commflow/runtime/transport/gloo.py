@@ -77,13 +77,16 @@ class GlooWire:
 
     @classmethod
     def connect(
-        cls, *, rank: int, size: int, job: str, timeout: float, env: Mapping[str, str]
+        cls, *, rank: int, size: int, job: str, timeout: float, env: Mapping[str, str],
+        store=None,
     ) -> GlooWire:
         """Join the job's gloo group: rank 0 serves the TCPStore at ``MASTER_ADDR:MASTER_PORT``
         (torchrun's agent serves it when ``TORCHELASTIC_USE_AGENT_STORE`` is set; an
-        initialised default process group lends its store). Gloo listens on the address that
-        routes to ``MASTER_ADDR``, or on ``GLOO_SOCKET_IFNAME``. Raises ``CommflowError``
-        when the variables are missing or not every rank joins within ``timeout`` s."""
+        initialised default process group lends its store, and ``store``, a torch store, is
+        used when given: torch's own rendezvous already serves that port). Gloo listens on the
+        address that routes to ``MASTER_ADDR``, or on ``GLOO_SOCKET_IFNAME``. Raises
+        ``CommflowError`` when the variables are missing or not every rank joins within
+        ``timeout`` s."""
         import torch.distributed as dist
 
         try:
@@ -103,7 +106,9 @@ class GlooWire:
                 f"names no network interface of this host (it has: {have}); fix or unset it"
             )
         try:
-            if dist.is_initialized():
+            if store is not None:
+                base = store
+            elif dist.is_initialized():
                 base = dist.distributed_c10d._get_default_store()
             else:
                 serve = rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True"

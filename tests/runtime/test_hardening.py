@@ -85,3 +85,20 @@ def test_default_timeout_comes_from_commflow_timeout():
     for bad in ("nan", "inf", "-3", "0", "soon"):
         with pytest.raises(CommflowError, match="COMMFLOW_TIMEOUT"):
             default_timeout({"COMMFLOW_TIMEOUT": bad})
+
+
+def test_rendezvous_store_listens_on_loopback_only_for_a_loopback_master():
+    import socket
+    import subprocess
+
+    from commflow.runtime.transport.gloo import GlooWire
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    wire = GlooWire.connect(rank=0, size=1, job="loopback", timeout=10,
+                     env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True,
+                               text=True, check=True).stdout.split()
+    assert listening[3] == f"127.0.0.1:{port}", listening
+    assert wire.size == 1  # the store serves while the wire lives

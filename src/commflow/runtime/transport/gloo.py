@@ -9,6 +9,7 @@ each lane in order) and signals every completion; the engine never blocks on glo
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import queue
 import socket
@@ -112,7 +113,10 @@ class GlooWire:
                 base = dist.distributed_c10d._get_default_store()
             else:
                 serve = rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
-                base = dist.TCPStore(addr, port, size, serve, timeout=wait, wait_for_workers=False)
+                base = dist.TCPStore(
+                    addr, port, size, serve, timeout=wait, wait_for_workers=False,
+                    master_listen_fd=_loopback_listener(addr, port) if serve else None,
+                )
             store = dist.PrefixStore(f"commflow/{job}/", base)
             device = (
                 dist.ProcessGroupGloo.create_device(interface=ifname)
@@ -177,3 +181,20 @@ def _route_address(addr: str, port: int) -> str:
     with socket.socket(family, kind, proto) as probe:
         probe.connect(sockaddr)
         return probe.getsockname()[0]
+
+
+def _loopback_listener(addr: str, port: int) -> int | None:
+    """A socket listening on ``addr:port`` when ``addr`` is a loopback address (its descriptor,
+    handed to the TCPStore, which otherwise listens on every interface), else ``None``."""
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
+    if not ipaddress.ip_address(sockaddr[0]).is_loopback:
+        return None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(sockaddr)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock.detach()

@@ -201,6 +201,8 @@ def parse_json(text: str, *, name: str = "topology", source: str = "<json>") -> 
         raise TopologyError(
             f"{source}: line {e.lineno}, column {e.colno}: invalid JSON: {e.msg}"
         ) from None
+    except RecursionError:
+        raise TopologyError(f"{source}: invalid JSON: nested too deeply") from None
     return from_dict(data, name=name, source=source)
 
 
@@ -228,4 +230,6 @@ def parse_yaml(text: str, *, name: str = "topology", source: str = "<yaml>") -> 
         line = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(e, "problem", None) or e
         raise TopologyError(f"{source}: {line}invalid YAML: {problem}") from None
+    except RecursionError:
+        raise TopologyError(f"{source}: invalid YAML: nested too deeply") from None
     return from_dict(data, name=name, source=source)

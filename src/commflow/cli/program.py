@@ -91,6 +91,11 @@ def export(
       commflow export ring8.json --xml ring8.xml --runtime rccl --proto LL128
     """
     program = load_program(file)
+    try:
+        verify_program(program)
+    except VerificationError as error:
+        err.print(f"[bold red]FAILED:[/bold red] {escape(str(error))}; nothing written")
+        raise typer.Exit(1) from None
     text = to_msccl_xml(program, runtime=runtime, proto=proto)
     try:
         xml.write_text(text)

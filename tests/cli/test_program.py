@@ -91,6 +91,16 @@ def test_verify_failure_exits_1_with_the_problem(commflow, program_file):
     assert run.stderr.startswith("FAILED: rank ") and "mismatched send/recv" in run.stderr
 
 
+def test_export_refuses_a_program_that_verify_refuses(commflow, program_file, tmp_path):
+    doc = json.loads(program_file.read_text())
+    doc["participants"][1]["channels"][0]["steps"].pop()
+    program_file.write_text(json.dumps(doc))
+    run = commflow("export", str(program_file), "--xml", str(tmp_path / "x.xml"))
+    assert run.code == 1 and run.stderr.startswith("FAILED: rank ")
+    assert "mismatched send/recv" in run.stderr and "nothing written" in run.stderr
+    assert not (tmp_path / "x.xml").exists()
+
+
 def test_verify_of_malformed_file_names_the_field(commflow, program_file):
     program_file.write_text(program_file.read_text().replace('"send"', '"sned"', 1))
     run = commflow("verify", str(program_file))
@@ -115,7 +125,7 @@ def test_export_refuses_a_program_that_hangs_on_the_target(commflow, tmp_path):
     assert commflow("build", "allreduce", "--algo", "ring", "-n", "4", "--chunks", "3",
                     "-o", str(program_file)).code == 0
     run = commflow("export", str(program_file), "--xml", str(tmp_path / "o.xml"))
-    assert run.code == 2 and "deadlock on msccl (Simple, 8 slots per connection" in run.stderr
+    assert run.code == 1 and "deadlock on msccl (Simple, 8 slots per connection" in run.stderr
     assert not (tmp_path / "o.xml").exists()
     run = commflow("export", str(program_file), "--xml", str(tmp_path / "o.xml"), "--proto", "LL")
     assert run.code == 0

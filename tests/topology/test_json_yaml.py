@@ -126,6 +126,10 @@ NODES = [{"name": "a", "kind": "rank"}, {"name": "b", "kind": "rank"}]
         ({"bandwidth": 1e9, "latency": "soon"}, "cannot parse time"),
         ({"bandwidth": 1e9, "count": 0}, "'count' must be an integer >= 1"),
         ({"bandwidth": 1e9, "duplex": "yes"}, "'duplex' must be true or false"),
+        ({"bandwidth": float("inf")}, "bandwidth must be finite"),
+        ({"bandwidth": 10**400}, "bandwidth must be finite"),
+        ({"bandwidth": 1e9, "latency": float("nan")}, "latency must be finite"),
+        ({"bandwidth": 1e9, "latency": -float("inf")}, "latency must be finite"),
     ],
 )
 def test_link_errors_name_the_link(link, message):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -149,3 +150,22 @@ def test_disagreeing_nvlink_counts():
     )
     with pytest.raises(TopologyError, match=r"line 4: <nvlink>: GPUs \(0, 1\) list different"):
         parse(text)
+
+
+def test_deeply_nested_pci_and_many_gpus_load_without_recursion_or_quadratic_lookups():
+    depth = 20_000
+    gpus = "".join(
+        f'<pci busid="{r // 256:04x}:{r % 256:02x}:00.0"><gpu dev="{4999 - r}" sm="80">'
+        f'<nvlink target="ffff:ff:00.0" count="2" tclass="0x068000"/></gpu></pci>'
+        for r in range(5000)
+    )
+    text = ('<system version="1"><cpu numaid="0">' + '<pci busid="f:0">' * depth + gpus
+            + '<nic><net name="mlx5_0" speed="200000"/></nic>' + "</pci>" * depth
+            + "</cpu></system>")
+    start = time.monotonic()
+    topo = parse(text)
+    assert time.monotonic() - start < 10
+    assert topo.nranks == 5000
+    assert topo.nodes[0].name == "gpu0"
+    nic = next(n.id for n in topo.nodes if n.kind is NodeKind.NIC)
+    assert len([lk for lk in topo.links if lk.dst == nic]) == 5000 + 1  # every GPU and the switch

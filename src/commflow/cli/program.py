@@ -131,8 +131,12 @@ def export(
       commflow export ring8.json --xml ring8.xml --target rccl --proto LL128 --max-bytes 64M
     """
     program = load_program(file)
-    text = to_msccl_xml(program, target, proto=proto, min_bytes=parse_size(min_bytes),
-                        max_bytes=parse_size(max_bytes))
+    try:
+        text = to_msccl_xml(program, target, proto=proto, min_bytes=parse_size(min_bytes),
+                            max_bytes=parse_size(max_bytes))
+    except VerificationError as error:
+        err.print(f"[bold red]FAILED:[/bold red] {escape(str(error))}; nothing written")
+        raise typer.Exit(1) from None
     try:
         xml.write_text(text)
     except OSError as error:

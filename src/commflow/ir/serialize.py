@@ -129,6 +129,8 @@ def from_json(text: str) -> Program:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise ProgramError(f"not a JSON document: {err}") from None
+    except RecursionError:
+        raise ProgramError("not a program: the JSON is nested too deeply") from None
     return _decode(doc)
 
 
@@ -278,7 +280,7 @@ def _ref(value: object, path: str, wanted: bool, op: str) -> tuple[int, int, int
     ref = _list(value, path)
     if len(ref) != 3:
         raise _fail(path, f"expected [buffer, index, count], got {json.dumps(ref)}")
-    if ref[0] not in _BUFFER_IDS:
+    if not isinstance(ref[0], str) or ref[0] not in _BUFFER_IDS:
         raise _fail(
             f"{path}[0]", f"unknown buffer {ref[0]!r}; expected one of {', '.join(_BUFFER_IDS)}"
         )

@@ -11,6 +11,7 @@ this rank's block, ``alltoall`` splits the first axis into nranks blocks, block 
 
 from __future__ import annotations
 
+import math
 import time
 import zlib
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from commflow.errors import CommflowError
 from commflow.ir import Program
 from commflow.runtime import fastpath, programs
 from commflow.runtime.arrays import as_numpy, flat, like
-from commflow.runtime.errors import CommTimeoutError
+from commflow.runtime.errors import CommAbortedError, CommTimeoutError
 from commflow.runtime.executor import run_plan
 from commflow.runtime.ops import Reducer, finish, reducer
 from commflow.runtime.protocol import Signature
@@ -79,7 +80,8 @@ class Communicator:
                  ranks: list[int] | None = None, comm_id: int = 0) -> None:
         self.spec = spec
         self.transport = transport
-        self.timeout = timeout
+        self.timeout = check_timeout(timeout, "communicator")
+        self._broken: str | None = None
         self.ranks = ranks or list(range(spec.size))
         self.comm_id = comm_id
         self._splits = 0
@@ -125,10 +127,12 @@ class Communicator:
         a = as_numpy(x, "allreduce input")
         out = like(x, a.shape) if out is None else out
         b = self._output(out, a.shape, a.dtype, "allreduce")
+        if timeout is not None:
+            check_timeout(timeout, f"allreduce on rank {self.rank}")
         if (self._fast is not None and not async_op and self._worker is None
                 and 0 < a.nbytes <= fastpath.ONE_SHOT and isinstance(algo, str)
                 and algo in ("auto", fastpath.NAME)):
-            self._small_allreduce(a, b, op, timeout)
+            self._guarded(lambda: self._small_allreduce(a, b, op, timeout))
             return out
         return self._submit(_Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,
                             async_op, timeout)
@@ -246,6 +250,9 @@ class Communicator:
     # -- machinery --------------------------------------------------------------------------
     def _output(self, out, shape, dtype, what: str) -> np.ndarray:
         b = as_numpy(out, f"{what} output")
+        if not b.flags.writeable:
+            raise CommflowError(f"{what} on rank {self.rank}: the output array is read-only; "
+                                f"pass a writable out= (or none for a new array)")
         if tuple(b.shape) != tuple(shape) or b.dtype != dtype:
             raise CommflowError(f"{what} on rank {self.rank}: output must have shape "
                                 f"{tuple(shape)} and dtype {dtype}, got {tuple(b.shape)} "
@@ -263,6 +270,11 @@ class Communicator:
             raise CommflowError(f"root {root} is outside ranks 0..{self.size - 1}")
 
     def _submit(self, call: _Call, result, async_op: bool, timeout: float | None):
+        if timeout is not None:
+            check_timeout(timeout, f"{call.collective.value} on rank {self.rank}")
+        if not isinstance(call.algo, str | Program):
+            raise CommflowError(f"{call.collective.value} on rank {self.rank}: algo must be "
+                                f"'auto', an algorithm's name or a Program, got {call.algo!r}")
         if isinstance(call.algo, str):
             programs.check_algorithm(call.collective, call.algo)
         else:
@@ -285,20 +297,40 @@ class Communicator:
         signature = self._signature(Collective.ALLREDUCE, dtype, a.nbytes, op, 0,
                                     fastpath.NAME)
         recv = b.reshape(-1)
-        self._fast.small_allreduce(a.reshape(-1), recv, reduce, seq, signature,
+        send = a.reshape(-1)
+        if not _in_place(send, recv, self.rank) and np.may_share_memory(send, recv):
+            send = send.copy()
+        self._fast.small_allreduce(send, recv, reduce, seq, signature,
                                    self._deadline(timeout))
         finish(op, recv, self.size)
 
     def _dispatch(self, work: Callable[[], None], result, async_op: bool):
         """Run ``work`` now, or on the communicator's worker thread once async operations
         were used (one thread, first in first out, so every rank keeps the same order)."""
+        self._check_usable()
         if not async_op and self._worker is None:
-            work()
+            self._guarded(work)
             return result
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="commflow")
-        handle = Handle(self._worker.submit(work), result)
+        handle = Handle(self._worker.submit(self._guarded, work), result)
         return handle if async_op else handle.wait()
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise CommAbortedError(f"rank {self.rank}: this communicator is unusable after "
+                                   f"{self._broken}; its ranks may be out of step, so create a "
+                                   f"new communicator (commflow.init) to continue")
+
+    def _guarded(self, work: Callable[[], None]) -> None:
+        """Run ``work``; a timeout marks the communicator unusable (see
+        :meth:`_check_usable`)."""
+        self._check_usable()
+        try:
+            work()
+        except CommTimeoutError as err:
+            self._broken = f"a timeout ({err.op} #{err.seq})"
+            raise
 
     def _next_seq(self) -> int:
         seq = self._seq
@@ -337,7 +369,8 @@ class Communicator:
         root = call.root if coll in _ROOTED else None
         send, recv = flat(call.send), flat(call.recv)
         fast = name == fastpath.NAME
-        if not fast and coll is not Collective.BROADCAST and np.may_share_memory(send, recv):
+        if (coll is not Collective.BROADCAST and not (fast and _in_place(send, recv, self.rank))
+                and np.may_share_memory(send, recv)):
             send = send.copy()  # a program may read input it has already overwritten
         signature = self._signature(coll, dtype, nbytes, call.op, call.root, name)
         reduce = call.reduce
@@ -361,6 +394,8 @@ class Communicator:
         if not 0 <= peer < self.size or peer == self.rank:
             raise CommflowError(f"{'send' if sending else 'recv'} on rank {self.rank}: peer "
                                 f"{peer} must be another rank in 0..{self.size - 1}")
+        if timeout is not None:
+            check_timeout(timeout, f"{'send' if sending else 'recv'} on rank {self.rank}")
 
         def work() -> None:
             count = self._p2p.get((peer, sending), 0)
@@ -387,3 +422,21 @@ class Communicator:
                 endpoint.idle(rounds, deadline)
 
         return self._dispatch(work, result, async_op)
+
+
+def check_timeout(timeout: float, what: str) -> float:
+    """``timeout`` (s) if it is a finite number above zero, else ``CommflowError``."""
+    if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
+        raise CommflowError(f"{what}: timeout must be a finite number of seconds above 0, got "
+                            f"{timeout!r}")
+    return float(timeout)
+
+
+def _in_place(send: np.ndarray, recv: np.ndarray, rank: int) -> bool:
+    """Whether ``send`` and ``recv`` (flat) are an in-place call the fast path handles without
+    a copy: the same buffer, or the smaller one exactly at block ``rank`` of the larger
+    (allgather/gather input, reduce-scatter/scatter output). Any other overlap is copied."""
+    small, large = sorted((send, recv), key=lambda a: a.nbytes)
+    return (small.nbytes > 0 and large.nbytes % small.nbytes == 0
+            and small.ctypes.data == large.ctypes.data + rank * small.nbytes
+            and (rank + 1) * small.nbytes <= large.nbytes)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from commflow.errors import CommflowError
 from commflow.runtime.cluster import link_delay
-from commflow.runtime.communicator import Communicator
+from commflow.runtime.communicator import Communicator, check_timeout
 from commflow.runtime.shm import SharedRegion, segment_name
 from commflow.runtime.transport.engine import open_wire
 from commflow.runtime.transport.routed import RoutedTransport, host_indices, host_key
@@ -16,7 +16,8 @@ from commflow.runtime.transport.shm import ShmHost, ShmLayout, ShmTransport
 from commflow.runtime.world import WorldSpec, detect_world
 
 DEFAULT_TIMEOUT = 300.0
-"""Seconds any blocking wait may take before ``CommTimeoutError``."""
+"""Seconds any blocking wait may take before ``CommTimeoutError`` unless ``init(timeout=)`` or
+the environment variable ``COMMFLOW_TIMEOUT`` says otherwise."""
 
 _SHM_BUDGET = 256 << 20
 _NSLOTS = 8
@@ -56,22 +57,26 @@ def init(
     local_rank: int | None = None,
     local_size: int | None = None,
     job: str | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
+    store=None,
 ) -> Communicator:
     """Join the job and return the world communicator.
 
     With no arguments the world comes from the environment (``commflow run``, torchrun or
     mpirun); otherwise pass ``rank`` and ``world_size`` (and ``job``, a token shared by the
-    ranks). ``timeout`` (s) bounds every blocking wait.
+    ranks). ``timeout`` (s) bounds every blocking wait: by default ``COMMFLOW_TIMEOUT`` from the
+    environment, else :data:`DEFAULT_TIMEOUT` (300 s).
 
     When the local size is below the world size or ``COMMFLOW_HOST`` is set, ranks may sit on
     several hosts: they connect through an engine (``COMMFLOW_ENGINE``: ``gloo``, the default,
-    meeting at ``MASTER_ADDR:MASTER_PORT``; ``mpi``, the default under mpirun), group by host
+    meeting at ``MASTER_ADDR:MASTER_PORT``, or through ``store``, a torch.distributed store,
+    when given; ``mpi``, the default under mpirun), group by host
     (``COMMFLOW_HOST``, else the hostname), and use shared memory inside a host and the engine
     between hosts; the communicator's ``local_rank``/``local_size`` then count this host's
     ranks. Raises ``CommflowError`` when the world is inconsistent or the ranks do not all
     arrive within ``timeout``.
     """
+    timeout = default_timeout(os.environ) if timeout is None else check_timeout(timeout, "init")
     if rank is None and world_size is None:
         spec = detect_world()
     elif rank is None or world_size is None:
@@ -86,10 +91,23 @@ def init(
             source="explicit",
         )
     if spec.local_size != spec.size or "COMMFLOW_HOST" in os.environ:
-        return _join_hosts(spec, os.environ, timeout=timeout)
+        return _join_hosts(spec, os.environ, timeout=timeout, store=store)
     bind_to_cpus(spec.local_rank, spec.local_size, os.environ)
     transport = _shm_transport(spec.job, spec.local_rank, list(range(spec.size)), "host0", timeout)
     return Communicator(spec, transport, timeout=timeout)
+
+
+def default_timeout(env: Mapping[str, str]) -> float:
+    """``COMMFLOW_TIMEOUT`` (seconds) from ``env``, else :data:`DEFAULT_TIMEOUT`; raises
+    ``CommflowError`` when it is not a finite number above 0."""
+    text = env.get("COMMFLOW_TIMEOUT")
+    if text is None:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        raise CommflowError(f"COMMFLOW_TIMEOUT={text!r}: expected seconds, e.g. 60") from None
+    return check_timeout(value, "COMMFLOW_TIMEOUT")
 
 
 def bind_to_cpus(local_rank: int, local_size: int, env: Mapping[str, str]) -> tuple[int, ...]:
@@ -108,13 +126,18 @@ def bind_to_cpus(local_rank: int, local_size: int, env: Mapping[str, str]) -> tu
     return mine
 
 
-def _join_hosts(spec: WorldSpec, env: Mapping[str, str], *, timeout: float) -> Communicator:
+def _join_hosts(
+    spec: WorldSpec, env: Mapping[str, str], *, timeout: float, store=None
+) -> Communicator:
     """Join a job whose ranks may sit on several hosts (see :func:`init`): after the host
     keys are exchanged, each host's ranks share the segment ``commflow.<job>.host<i>`` and
     messages between hosts are held :func:`~commflow.runtime.cluster.link_delay` seconds. One
     host's ranks only get the plain shared-memory transport."""
     engine = env.get("COMMFLOW_ENGINE") or ("mpi" if spec.source == "mpi" else "gloo")
-    wire = open_wire(engine, rank=spec.rank, size=spec.size, job=spec.job, timeout=timeout, env=env)
+    wire = open_wire(
+        engine, rank=spec.rank, size=spec.size, job=spec.job, timeout=timeout, env=env,
+        store=store,
+    )
     hosts = host_indices(wire.allgather(host_key(env)))
     here = hosts[spec.rank]
     ranks = [r for r, h in enumerate(hosts) if h == here]

@@ -31,6 +31,23 @@ def segment_name(job: str, suffix: str) -> str:
     return name
 
 
+def reserve(fd: int, size: int, path: Path) -> None:
+    """Size the file ``fd`` to ``size`` bytes and reserve its pages now (``posix_fallocate``):
+    a tmpfs only sized by ``ftruncate`` would kill the first rank that touches a page past its
+    free space with SIGBUS. Raises ``CommflowError`` naming the space needed and free."""
+    try:
+        os.ftruncate(fd, size)
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        info = os.statvfs(path.parent)
+        have = info.f_bavail * info.f_frsize
+        raise CommflowError(
+            f"not enough shared memory in {path.parent} for {path.name}: need {size / 2**20:.1f} "
+            f"MiB, have {have / 2**20:.1f} MiB free ({err.strerror}); enlarge it (docker run "
+            f"--shm-size=1g, or mount -o remount,size=1G {path.parent}) or run fewer ranks per "
+            f"host") from None
+
+
 class SharedRegion:
     """A shared-memory segment mapped into this process."""
 
@@ -58,12 +75,11 @@ class SharedRegion:
                 f"shared memory {path} already exists: another job uses the same id, or a "
                 f"crashed one left it; remove it or choose another job id") from None
         try:
-            os.ftruncate(fd, size)
-        except OSError as err:
+            reserve(fd, size, path)
+        except CommflowError:
             os.close(fd)
             path.unlink(missing_ok=True)
-            raise CommflowError(f"cannot size shared memory {path} to {size} bytes: {err}; "
-                                f"is /dev/shm large enough?") from err
+            raise
         return cls(name, fd, size, owner=True)
 
     @classmethod

@@ -8,6 +8,7 @@ how many there were).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -166,9 +167,10 @@ def make_topology(
             raise TopologyError(f"{name}: link {link.src} -> {link.dst} names an unknown node")
         if link.src == link.dst:
             raise TopologyError(f"{name}: link {link.src} -> {link.dst} is a self-loop")
-        if not (link.bandwidth > 0 and link.latency >= 0):
+        if not (0 < link.bandwidth < math.inf and 0 <= link.latency < math.inf):
             raise TopologyError(
-                f"{name}: link {link.src} -> {link.dst} needs bandwidth > 0 and latency >= 0, "
+                f"{name}: link {link.src} -> {link.dst} needs a finite bandwidth > 0 and a "
+                f"finite latency >= 0, "
                 f"got {link.bandwidth} B/s, {link.latency} s"
             )
         key = (link.src, link.dst)

@@ -97,7 +97,8 @@ def new_world(store, rank: int, size: int, timeout: timedelta, *, placement: boo
         job = store.get(_TOKEN_KEY).decode()
     local = _placement(rank, size) if placement else {}
     comm = runtime.init(
-        rank=rank, world_size=size, job=job, timeout=timeout.total_seconds(), **local
+        rank=rank, world_size=size, job=job, timeout=timeout.total_seconds(), store=store,
+        **local,
     )
     return World(comm)
 

@@ -99,10 +99,12 @@ def tag_of(comm: int, channel: int) -> int:
 
 
 def open_wire(
-    engine: str, *, rank: int, size: int, job: str, timeout: float, env: Mapping[str, str]
+    engine: str, *, rank: int, size: int, job: str, timeout: float, env: Mapping[str, str],
+    store=None,
 ) -> Wire:
     """Connect this rank to the job's other ranks through ``engine`` (``"gloo"``: rendezvous
-    at ``MASTER_ADDR:MASTER_PORT`` from ``env``; ``"mpi"``: ``MPI.COMM_WORLD``).
+    at ``MASTER_ADDR:MASTER_PORT`` from ``env``, or through ``store``, a torch.distributed
+    store, when given; ``"mpi"``: ``MPI.COMM_WORLD``).
 
     Blocks until every rank has joined or ``timeout`` seconds passed. Raises
     ``CommflowError`` for an unknown engine, a missing package or a failed rendezvous.
@@ -110,7 +112,8 @@ def open_wire(
     if engine == "gloo":
         from commflow.runtime.transport.gloo import GlooWire
 
-        return GlooWire.connect(rank=rank, size=size, job=job, timeout=timeout, env=env)
+        return GlooWire.connect(rank=rank, size=size, job=job, timeout=timeout, env=env,
+                                store=store)
     if engine == "mpi":
         from commflow.runtime.transport.mpi import MpiWire
 

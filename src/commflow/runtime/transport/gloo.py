@@ -9,6 +9,7 @@ each lane in order) and signals every completion; the engine never blocks on glo
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import queue
 import socket
@@ -77,13 +78,16 @@ class GlooWire:
 
     @classmethod
     def connect(
-        cls, *, rank: int, size: int, job: str, timeout: float, env: Mapping[str, str]
+        cls, *, rank: int, size: int, job: str, timeout: float, env: Mapping[str, str],
+        store=None,
     ) -> GlooWire:
         """Join the job's gloo group: rank 0 serves the TCPStore at ``MASTER_ADDR:MASTER_PORT``
         (torchrun's agent serves it when ``TORCHELASTIC_USE_AGENT_STORE`` is set; an
-        initialised default process group lends its store). Gloo listens on the address that
-        routes to ``MASTER_ADDR``, or on ``GLOO_SOCKET_IFNAME``. Raises ``CommflowError``
-        when the variables are missing or not every rank joins within ``timeout`` s."""
+        initialised default process group lends its store, and ``store``, a torch store, is
+        used when given: torch's own rendezvous already serves that port). Gloo listens on the
+        address that routes to ``MASTER_ADDR``, or on ``GLOO_SOCKET_IFNAME``. Raises
+        ``CommflowError`` when the variables are missing or not every rank joins within
+        ``timeout`` s."""
         import torch.distributed as dist
 
         try:
@@ -103,11 +107,16 @@ class GlooWire:
                 f"names no network interface of this host (it has: {have}); fix or unset it"
             )
         try:
-            if dist.is_initialized():
+            if store is not None:
+                base = store
+            elif dist.is_initialized():
                 base = dist.distributed_c10d._get_default_store()
             else:
                 serve = rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
-                base = dist.TCPStore(addr, port, size, serve, timeout=wait, wait_for_workers=False)
+                base = dist.TCPStore(
+                    addr, port, size, serve, timeout=wait, wait_for_workers=False,
+                    master_listen_fd=_loopback_listener(addr, port) if serve else None,
+                )
             store = dist.PrefixStore(f"commflow/{job}/", base)
             device = (
                 dist.ProcessGroupGloo.create_device(interface=ifname)
@@ -172,3 +181,20 @@ def _route_address(addr: str, port: int) -> str:
     with socket.socket(family, kind, proto) as probe:
         probe.connect(sockaddr)
         return probe.getsockname()[0]
+
+
+def _loopback_listener(addr: str, port: int) -> int | None:
+    """A socket listening on ``addr:port`` when ``addr`` is a loopback address (its descriptor,
+    handed to the TCPStore, which otherwise listens on every interface), else ``None``."""
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
+    if not ipaddress.ip_address(sockaddr[0]).is_loopback:
+        return None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(sockaddr)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock.detach()

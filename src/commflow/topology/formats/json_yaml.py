@@ -22,6 +22,7 @@ reverse direction with the same figures.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -61,10 +62,17 @@ def _quantity(value: object, where: str, parse: Callable[[str], float], what: st
         raise TopologyError(f"{where}: {what} must be a number or a string with units")
     if isinstance(value, str):
         try:
-            return parse(value)
+            number = parse(value)
         except CommflowError as e:
             raise TopologyError(f"{where}: {e}") from None
-    return float(value)
+    else:
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+    if not math.isfinite(number):
+        raise TopologyError(f"{where}: {what} must be finite, got {value!r}")
+    return number
 
 
 def _nodes(entries: list[Any], source: str) -> tuple[list[Node], dict[str, int]]:
@@ -193,6 +201,8 @@ def parse_json(text: str, *, name: str = "topology", source: str = "<json>") -> 
         raise TopologyError(
             f"{source}: line {e.lineno}, column {e.colno}: invalid JSON: {e.msg}"
         ) from None
+    except RecursionError:
+        raise TopologyError(f"{source}: invalid JSON: nested too deeply") from None
     return from_dict(data, name=name, source=source)
 
 
@@ -220,4 +230,6 @@ def parse_yaml(text: str, *, name: str = "topology", source: str = "<yaml>") -> 
         line = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(e, "problem", None) or e
         raise TopologyError(f"{source}: {line}invalid YAML: {problem}") from None
+    except RecursionError:
+        raise TopologyError(f"{source}: invalid YAML: nested too deeply") from None
     return from_dict(data, name=name, source=source)

@@ -43,11 +43,14 @@ class _Element:
     children: list[_Element] = field(default_factory=list)
 
     def iter(self, tag: str) -> Iterator[_Element]:
-        """Descendants (self included) with ``tag``, in document order."""
-        if self.tag == tag:
-            yield self
-        for child in self.children:
-            yield from child.iter(tag)
+        """Descendants (self included) with ``tag``, in document order (no recursion, so any
+        depth of nesting is fine)."""
+        stack = [self]
+        while stack:
+            element = stack.pop()
+            if element.tag == tag:
+                yield element
+            stack.extend(reversed(element.children))
 
     def ancestors(self) -> Iterator[_Element]:
         node = self.parent
@@ -110,8 +113,10 @@ def _rank_order(reader: _Reader, gpus: list[_Element]) -> list[int]:
         ranks = [reader.number(g, "rank") for g in gpus]
     else:
         devs = [reader.number(g, "dev") for g in gpus]
-        ranks = sorted(range(len(gpus)), key=devs.__getitem__)
-        ranks = [ranks.index(i) for i in range(len(gpus))]
+        order = sorted(range(len(gpus)), key=devs.__getitem__)
+        ranks = [0] * len(gpus)
+        for rank, index in enumerate(order):
+            ranks[index] = rank
     seen: set[int] = set()
     for gpu, rank in zip(gpus, ranks, strict=True):
         if not 0 <= rank < len(gpus) or rank in seen:
@@ -176,6 +181,7 @@ def parse(text: str, *, name: str = "nccl-topo", source: str = "<nccl-xml>") -> 
 
     gpu_ranks = dict(zip(map(id, gpus), ranks, strict=True))
     network: int | None = None
+    scope_ranks: dict[int, list[int]] = {}  # id(element) -> ranks of the GPUs under it
     for i, net in enumerate(reader.root.iter("net")):
         bandwidth = reader.number(net, "speed", float) * 1e6 / 8
         if not bandwidth > 0:
@@ -184,7 +190,9 @@ def parse(text: str, *, name: str = "nccl-topo", source: str = "<nccl-xml>") -> 
         if network is None:
             network = add_node(NodeKind.SWITCH, "network", None)
         for scope in net.ancestors():
-            local = [gpu_ranks[id(g)] for g in scope.iter("gpu")]
+            local = scope_ranks.get(id(scope))
+            if local is None:
+                local = scope_ranks[id(scope)] = [gpu_ranks[id(g)] for g in scope.iter("gpu")]
             if local:
                 break
         for rank in sorted(local):

@@ -69,11 +69,34 @@ class CommflowProcessGroup(dist.ProcessGroup):
         self.world = world
         self.comm = comm
         self._open = True
+        self._group_name: str | None = None
+        self._group_desc = ""
         world.attach()
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         """``"commflow"``."""
         return BACKEND
+
+    # torch keeps a group's name and description in its device backends; this group has none
+    # (it is its own backend), so it keeps them itself. DeviceMesh, FSDP2, DTensor and the
+    # functional collectives find a group by this name (``_resolve_process_group``).
+    def setGroupName(self, name: str) -> None:  # noqa: N802 (torch's name)
+        """Keep torch's name for this group (``dist.new_group`` sets it)."""
+        self._group_name = name
+
+    def getGroupName(self) -> str:  # noqa: N802 (torch's name)
+        """Torch's name for this group; raises ``RuntimeError`` before torch set it."""
+        if self._group_name is None:
+            raise RuntimeError("commflow backend: ProcessGroup name not set")
+        return self._group_name
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802 (torch's name)
+        """Keep torch's description of this group."""
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802 (torch's name)
+        """Torch's description of this group (empty until set)."""
+        return self._group_desc
 
     def __repr__(self) -> str:
         return f"CommflowProcessGroup(rank={self.comm.rank}, ranks={self.comm.ranks})"

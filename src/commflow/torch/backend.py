@@ -232,6 +232,34 @@ class CommflowProcessGroup(dist.ProcessGroup):
 
         return self._run("all_gather", job, output_tensors)
 
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None) -> CommflowWork:
+        """All-gather several tensors of any sizes and dtypes as one operation
+        (``dist.all_gather_coalesced``): ``output_lists[r][i]`` gets rank r's
+        ``input_tensors[i]``."""
+        what = self._what("all_gather_coalesced")
+        if len(output_lists) != self.comm.size or any(
+            len(outs) != len(input_tensors) for outs in output_lists
+        ):
+            raise CommflowError(
+                f"{what}: pass {self.comm.size} output lists (one per rank) of "
+                f"{len(input_tensors)} tensors (one per input tensor)"
+            )
+        pairs = []
+        for i, t in enumerate(input_tensors):
+            x = _flat(t, f"all_gather_coalesced input {i}")
+            outs = [outs[i] for outs in output_lists]
+            pairs.append((x, self._blocks(outs, x, f"all_gather_coalesced output {i}")))
+        how = _how(Collective.ALLGATHER, opts)
+
+        def job() -> None:
+            for x, outs in pairs:
+                if x.size:
+                    gathered = self.comm.allgather(x, **how).reshape(len(outs), -1)
+                    for out, part in zip(outs, gathered, strict=True):
+                        out[:] = part
+
+        return self._run("all_gather_coalesced", job, output_lists)
+
     def all_gather_single(self, output, input, opts=None) -> CommflowWork:  # noqa: A002
         """Gather every rank's tensor into one (``dist.all_gather_single``)."""
         out, x = _flat(output, "all_gather output"), _flat(input, "all_gather input")
@@ -337,7 +365,19 @@ class CommflowProcessGroup(dist.ProcessGroup):
         """Receive from group rank ``srcRank`` (``dist.irecv``/``recv``); see :mod:`.p2p`."""
         return self._message(tensors, srcRank, tag, sending=False)
 
-    def _message(self, tensors, peer: int, tag: int, *, sending: bool) -> CommflowWork:
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> CommflowWork:
+        """Receive from any other group rank (``dist.recv``/``irecv`` without ``src``); see
+        :mod:`.p2p` for the order in which the peers are read."""
+        return self._message(tensors, None, tag, sending=False)
+
+    def _message(self, tensors, peer: int | None, tag: int, *, sending: bool) -> CommflowWork:
+        if peer is None:
+            call = f"recv from any source (tag {tag})"
+            message = Message(self.comm, None, tag, _one(tensors, call), False, self._what(call))
+            return CommflowWork(
+                self.world.hold(message), message.what, start=self.world.flush,
+                source=lambda: message.peer,
+            )
         call = f"{'send to' if sending else 'recv from'} rank {peer} (tag {tag})"
         if not 0 <= peer < self.comm.size:
             raise CommflowError(
@@ -360,10 +400,6 @@ class CommflowProcessGroup(dist.ProcessGroup):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
-    recv_anysource = _unsupported("recv from any source", "pass src to recv/irecv")
-    allgather_coalesced = _unsupported(
-        "all_gather_coalesced", "call all_gather per tensor or all_gather_single"
-    )
     split_group = _unsupported("split_group", "use dist.new_group(ranks, backend='commflow')")
     merge_remote_group = _unsupported("merge_remote_group", "create one job with every rank")
 

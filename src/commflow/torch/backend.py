@@ -35,7 +35,8 @@ _OPS = {_Red.SUM: "sum", _Red.PRODUCT: "prod", _Red.MIN: "min", _Red.MAX: "max",
 
 
 def _flat(tensor: torch.Tensor, what: str) -> np.ndarray:
-    return as_numpy(tensor, what).reshape(-1)
+    # detach: a tensor that requires grad (DDP's buckets under create_graph) shares the memory
+    return as_numpy(tensor.detach(), what).reshape(-1)
 
 
 def _one(items: Sequence, call: str):

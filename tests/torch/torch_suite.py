@@ -21,8 +21,9 @@ from collections import Counter
 
 os.environ.update(BACKEND="commflow", WORLD_SIZE="3", TEMP_DIR=tempfile.mkdtemp(prefix="cf-"))
 
-import commflow.torch  # noqa: E402, F401  (registers the backend before the suite imports)
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
+import commflow.torch  # noqa: E402, F401  (registers the backend before the suite imports)
 
 # The suite runs its DDP tests for the backends of this list (nccl, gloo, ucc); commflow
 # supports DDP on CPU tensors, so it opts in as gloo is.

@@ -17,7 +17,7 @@ RUNNER = Path(__file__).with_name("torch_suite.py")
 def test_torch_distributed_suite_on_commflow() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, str(RUNNER)], capture_output=True, text=True, env=env, timeout=170
+        [sys.executable, str(RUNNER)], capture_output=True, text=True, env=env, timeout=420
     )
     assert done.returncode == 0, done.stderr[-4000:]
     counts = json.loads(done.stdout.strip().splitlines()[-1])

@@ -129,10 +129,21 @@ def _every_call() -> dict[str, object]:
     dist.all_reduce(t := torch.ones(1))
     out["after_subgroup"] = t.tolist()
 
+    outs = [[torch.zeros(2), torch.zeros(1)] for _ in range(n)]
+    dist.all_gather_coalesced(outs, [torch.full((2,), float(r)), torch.tensor([10.0 * r])])
+    out["all_gather_coalesced"] = [[a.tolist(), b.tolist()] for a, b in outs]
+
+    if r == 0:
+        got = []
+        for _ in range(n - 1):
+            t = torch.zeros(1)
+            got.append([dist.recv(t), t.item()])
+        out["any_source"] = sorted(got)
+    else:
+        dist.send(torch.full((1,), float(r)), 0)
+
     out["unsupported"] = [
         _unsupported(lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND)),
-        _unsupported(lambda: dist.irecv(torch.ones(2))),
-        _unsupported(lambda: dist.all_gather_coalesced([[torch.ones(1)] * n], [torch.ones(1)])),
     ]
     return out
 
@@ -231,7 +242,12 @@ def test_subgroup_runs_among_its_members_only(world):
 def test_unsupported_calls_name_themselves(world):
     _, results = world
     for res in results:
-        band, anysource, coalesced = res["unsupported"]
+        (band,) = res["unsupported"]
         assert "all_reduce with ReduceOp.BAND is not supported" in band
-        assert "recv from any source is not supported" in anysource
-        assert "all_gather_coalesced is not supported" in coalesced
+
+
+def test_all_gather_coalesced_and_receive_from_any_source(world):
+    n, results = world
+    for res in results:
+        assert res["all_gather_coalesced"] == [[[float(q)] * 2, [10.0 * q]] for q in range(n)]
+    assert results[0]["any_source"] == [[q, float(q)] for q in range(1, n)]

@@ -35,7 +35,8 @@ _OPS = {_Red.SUM: "sum", _Red.PRODUCT: "prod", _Red.MIN: "min", _Red.MAX: "max",
 
 
 def _flat(tensor: torch.Tensor, what: str) -> np.ndarray:
-    return as_numpy(tensor, what).reshape(-1)
+    # detach: a tensor that requires grad (DDP's buckets under create_graph) shares the memory
+    return as_numpy(tensor.detach(), what).reshape(-1)
 
 
 def _one(items: Sequence, call: str):
@@ -69,11 +70,34 @@ class CommflowProcessGroup(dist.ProcessGroup):
         self.world = world
         self.comm = comm
         self._open = True
+        self._group_name: str | None = None
+        self._group_desc = ""
         world.attach()
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         """``"commflow"``."""
         return BACKEND
+
+    # torch keeps a group's name and description in its device backends; this group has none
+    # (it is its own backend), so it keeps them itself. DeviceMesh, FSDP2, DTensor and the
+    # functional collectives find a group by this name (``_resolve_process_group``).
+    def setGroupName(self, name: str) -> None:  # noqa: N802 (torch's name)
+        """Keep torch's name for this group (``dist.new_group`` sets it)."""
+        self._group_name = name
+
+    def getGroupName(self) -> str:  # noqa: N802 (torch's name)
+        """Torch's name for this group; raises ``RuntimeError`` before torch set it."""
+        if self._group_name is None:
+            raise RuntimeError("commflow backend: ProcessGroup name not set")
+        return self._group_name
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802 (torch's name)
+        """Keep torch's description of this group."""
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802 (torch's name)
+        """Torch's description of this group (empty until set)."""
+        return self._group_desc
 
     def __repr__(self) -> str:
         return f"CommflowProcessGroup(rank={self.comm.rank}, ranks={self.comm.ranks})"
@@ -209,6 +233,34 @@ class CommflowProcessGroup(dist.ProcessGroup):
 
         return self._run("all_gather", job, output_tensors)
 
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None) -> CommflowWork:
+        """All-gather several tensors of any sizes and dtypes as one operation
+        (``dist.all_gather_coalesced``): ``output_lists[r][i]`` gets rank r's
+        ``input_tensors[i]``."""
+        what = self._what("all_gather_coalesced")
+        if len(output_lists) != self.comm.size or any(
+            len(outs) != len(input_tensors) for outs in output_lists
+        ):
+            raise CommflowError(
+                f"{what}: pass {self.comm.size} output lists (one per rank) of "
+                f"{len(input_tensors)} tensors (one per input tensor)"
+            )
+        pairs = []
+        for i, t in enumerate(input_tensors):
+            x = _flat(t, f"all_gather_coalesced input {i}")
+            outs = [outs[i] for outs in output_lists]
+            pairs.append((x, self._blocks(outs, x, f"all_gather_coalesced output {i}")))
+        how = _how(Collective.ALLGATHER, opts)
+
+        def job() -> None:
+            for x, outs in pairs:
+                if x.size:
+                    gathered = self.comm.allgather(x, **how).reshape(len(outs), -1)
+                    for out, part in zip(outs, gathered, strict=True):
+                        out[:] = part
+
+        return self._run("all_gather_coalesced", job, output_lists)
+
     def all_gather_single(self, output, input, opts=None) -> CommflowWork:  # noqa: A002
         """Gather every rank's tensor into one (``dist.all_gather_single``)."""
         out, x = _flat(output, "all_gather output"), _flat(input, "all_gather input")
@@ -314,7 +366,19 @@ class CommflowProcessGroup(dist.ProcessGroup):
         """Receive from group rank ``srcRank`` (``dist.irecv``/``recv``); see :mod:`.p2p`."""
         return self._message(tensors, srcRank, tag, sending=False)
 
-    def _message(self, tensors, peer: int, tag: int, *, sending: bool) -> CommflowWork:
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> CommflowWork:
+        """Receive from any other group rank (``dist.recv``/``irecv`` without ``src``); see
+        :mod:`.p2p` for the order in which the peers are read."""
+        return self._message(tensors, None, tag, sending=False)
+
+    def _message(self, tensors, peer: int | None, tag: int, *, sending: bool) -> CommflowWork:
+        if peer is None:
+            call = f"recv from any source (tag {tag})"
+            message = Message(self.comm, None, tag, _one(tensors, call), False, self._what(call))
+            return CommflowWork(
+                self.world.hold(message), message.what, start=self.world.flush,
+                source=lambda: message.peer,
+            )
         call = f"{'send to' if sending else 'recv from'} rank {peer} (tag {tag})"
         if not 0 <= peer < self.comm.size:
             raise CommflowError(
@@ -337,10 +401,6 @@ class CommflowProcessGroup(dist.ProcessGroup):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
-    recv_anysource = _unsupported("recv from any source", "pass src to recv/irecv")
-    allgather_coalesced = _unsupported(
-        "all_gather_coalesced", "call all_gather per tensor or all_gather_single"
-    )
     split_group = _unsupported("split_group", "use dist.new_group(ranks, backend='commflow')")
     merge_remote_group = _unsupported("merge_remote_group", "create one job with every rank")
 

@@ -8,6 +8,12 @@ of the calls can deadlock it: peers in ascending world rank, and with each peer 
 sends before it receives (the pairwise-exchange order of MPI libraries). A batch runs on the
 progress thread, one message after another.
 
+A receive from any source (``recv``/``irecv`` without ``src``) runs after the other messages
+of its batch and reads a message already set aside for its tag if there is one, else the next
+message of the other ranks in turn (round robin from the rank after its last source): it
+waits for that rank even when another rank sent first, so every rank must eventually send to
+it (as in torch's own tests); ``Work._source_rank()`` and ``dist.recv`` return the sender.
+
 Tags follow gloo: a receive takes the next message from its peer that carries its tag. Each
 message is a 24-byte header (tag, bytes, dtype code) followed by the tensor's bytes; a message
 for another tag is set aside until a receive with that tag asks for it.
@@ -44,13 +50,16 @@ def tensor_bytes(tensor: torch.Tensor, what: str) -> np.ndarray:
     return tensor.detach().reshape(-1).view(torch.uint8).numpy()
 
 
+_LAST = 1 << 62
+
+
 @dataclass(eq=False)
 class Message:
     """One held send or receive."""
 
     comm: Communicator
-    peer: int
-    """Peer's rank in ``comm``."""
+    peer: int | None
+    """Peer's rank in ``comm``; None for a receive from any source (set once it ran)."""
     tag: int
     tensor: torch.Tensor
     sending: bool
@@ -65,7 +74,10 @@ class Message:
 
     def order(self) -> tuple[int, int]:
         """Sort key of the deadlock-free order: world rank of the peer, then sends first on
-        the lower rank of the pair (and for messages to oneself)."""
+        the lower rank of the pair (and for messages to oneself); receives from any source
+        last."""
+        if self.peer is None:
+            return _LAST, 1
         me, peer = self.comm.ranks[self.comm.rank], self.comm.ranks[self.peer]
         return peer, 0 if self.sending == (me <= peer) else 1
 
@@ -79,6 +91,7 @@ class PointToPoint:
         self._progress = progress
         self._held: list[Message] = []
         self._aside: dict[tuple[int, int, int], deque[tuple[int, np.ndarray]]] = {}
+        self._next_source: dict[int, int] = {}
 
     def hold(self, message: Message) -> Outcome:
         """Hold ``message`` until the next :meth:`flush`; returns its outcome."""
@@ -113,7 +126,23 @@ class PointToPoint:
         m.comm.send(np.array([m.tag, m.data.size, m.code], np.int64), m.peer)
         m.comm.send(m.data, m.peer)
 
+    def _source(self, m: Message) -> int:
+        """The peer a receive from any source reads: one with a message set aside for its
+        tag, else the next other rank in turn after the last source."""
+        comm, size = m.comm, m.comm.size
+        start = self._next_source.get(comm.comm_id, (comm.rank + 1) % size)
+        turn = [(start + i) % size for i in range(size)]
+        waiting = [p for p in turn if self._aside.get((comm.comm_id, p, m.tag))]
+        others = [p for p in turn if p != comm.rank]
+        if not waiting and not others:
+            raise CommflowError(f"{m.what}: no other rank to receive from (group of 1)")
+        source = (waiting or others)[0]
+        self._next_source[comm.comm_id] = (source + 1) % size
+        return source
+
     def _receive(self, m: Message) -> None:
+        if m.peer is None:
+            m.peer = self._source(m)
         key = (m.comm.comm_id, m.peer, m.tag)
         while True:
             waiting = self._aside.get(key)

@@ -113,9 +113,14 @@ class CommflowWork(dist.Work):
     ``CommAbortedError``, ...) in the calling thread."""
 
     def __init__(
-        self, outcome: Outcome, what: str, start: Callable[[], None] | None = None
+        self,
+        outcome: Outcome,
+        what: str,
+        start: Callable[[], None] | None = None,
+        source: Callable[[], int] | None = None,
     ) -> None:
         super().__init__()
+        self._source = source
         self._outcome = outcome
         self._what = what
         self._start = start
@@ -155,6 +160,13 @@ class CommflowWork(dist.Work):
         """Whether the operation finished (successfully or not)."""
         self._begin()
         return self._outcome.future.done()
+
+    def _source_rank(self) -> int:
+        """Wait, then the group rank a receive from any source read from (torch's name)."""
+        self.wait()
+        if self._source is None:
+            raise RuntimeError(f"{self._what}: not a receive from any source")
+        return self._source()
 
     def result(self) -> list[torch.Tensor]:
         """Wait, then return the output tensors."""

@@ -2,6 +2,7 @@
 
 from commflow.compress.allreduce import AllreduceStats, quantized_allreduce
 from commflow.compress.codecs import CODECS, Codec, ErrorFeedback, decode, encode, scales
+from commflow.compress.topk import topk_allreduce
 
 __all__ = ["CODECS", "AllreduceStats", "Codec", "ErrorFeedback", "decode", "encode",
-           "quantized_allreduce", "scales"]
+           "quantized_allreduce", "scales", "topk_allreduce"]

@@ -1,0 +1,8 @@
+"""Compressed collectives: block codecs, error feedback, quantized allreduce."""
+
+from commflow.compress.allreduce import AllreduceStats, quantized_allreduce
+from commflow.compress.codecs import CODECS, Codec, ErrorFeedback, decode, encode, scales
+from commflow.compress.topk import topk_allreduce
+
+__all__ = ["CODECS", "AllreduceStats", "Codec", "ErrorFeedback", "decode", "encode",
+           "quantized_allreduce", "scales", "topk_allreduce"]

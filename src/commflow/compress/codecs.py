@@ -1,0 +1,116 @@
+"""Block codecs: float32 arrays to bytes and back (fp16, bf16, int8 and int4 with per-block scales).
+
+int8 and int4 cut the array into blocks of ``block`` elements; each block carries its float32
+absmax scale ``s = absmax / qmax`` (qmax 127 for int8, 7 for int4) and integers ``rint(x / s)``,
+so every element decodes within ``s / 2`` of its value (ZeRO++, Wang et al. 2023). int4 packs two
+values per byte. fp16 and bf16 are plain casts (no scale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from commflow.errors import CommflowError
+
+CODECS = ("fp16", "bf16", "int8", "int4")
+_QMAX = {"int8": 127, "int4": 7}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Codec:
+    """How a float32 array is encoded."""
+
+    name: str = "int8"
+    """One of ``CODECS``."""
+    block: int = 256
+    """Elements per scale block (int8, int4); even, at least 2."""
+
+    def __post_init__(self) -> None:
+        if self.name not in CODECS:
+            raise CommflowError(f"codec {self.name!r}: unknown; use one of {', '.join(CODECS)}")
+        if self.block < 2 or self.block % 2:
+            raise CommflowError(f"codec {self.name}: block {self.block} must be even and >= 2")
+
+    def encoded_bytes(self, n: int) -> int:
+        """Bytes encoding ``n`` elements (``n`` a multiple of ``block`` for int codecs)."""
+        if self.name in ("fp16", "bf16"):
+            return 2 * n
+        nblocks = -(-n // self.block)
+        per = self.block if self.name == "int8" else self.block // 2
+        return nblocks * (4 + per)
+
+
+def _blocks(x: np.ndarray, codec: Codec) -> np.ndarray:
+    if x.size % codec.block:
+        raise CommflowError(f"encode {codec.name}: {x.size} elements is not a multiple of "
+                            f"block {codec.block}; pad the array")
+    return x.reshape(-1, codec.block)
+
+
+def scales(x: np.ndarray, codec: Codec) -> np.ndarray:
+    """Per-block scales (float32) that ``encode`` uses for the int codecs: absmax / qmax."""
+    return (np.abs(_blocks(x, codec)).max(axis=1) / np.float32(_QMAX[codec.name])).astype(
+        np.float32)
+
+
+def encode(x: np.ndarray, codec: Codec) -> np.ndarray:
+    """Encode a 1-D float32 array into ``codec.encoded_bytes(x.size)`` bytes (uint8)."""
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    if codec.name == "fp16":
+        return x.astype(np.float16).view(np.uint8)
+    if codec.name == "bf16":
+        return x.astype(ml_dtypes.bfloat16).view(np.uint8)
+    s = scales(x, codec)
+    safe = np.where(s > 0, s, np.float32(1))
+    q = np.rint(_blocks(x, codec) / safe[:, None]).astype(np.int8)
+    if codec.name == "int4":
+        u = (q + 8).astype(np.uint8)
+        q = (u[:, 0::2] | (u[:, 1::2] << 4)).view(np.int8)
+    return np.concatenate([s.view(np.uint8).reshape(-1, 4), q.view(np.uint8)], axis=1).reshape(-1)
+
+
+def decode(buf: np.ndarray, n: int, codec: Codec) -> np.ndarray:
+    """Decode ``n`` float32 elements from bytes made by :func:`encode`."""
+    if buf.size != codec.encoded_bytes(n):
+        raise CommflowError(f"decode {codec.name}: {buf.size} bytes, expected "
+                            f"{codec.encoded_bytes(n)} for {n} elements")
+    if codec.name == "fp16":
+        return buf.view(np.float16).astype(np.float32)
+    if codec.name == "bf16":
+        return buf.view(ml_dtypes.bfloat16).astype(np.float32)
+    rows = buf.reshape(n // codec.block, -1)
+    s = np.ascontiguousarray(rows[:, :4]).view(np.float32)
+    q = np.ascontiguousarray(rows[:, 4:])
+    if codec.name == "int4":
+        v = np.empty((q.shape[0], codec.block), np.int8)
+        v[:, 0::2] = (q & 0x0F).astype(np.int8) - 8
+        v[:, 1::2] = (q >> 4).astype(np.int8) - 8
+        q = v
+    else:
+        q = q.view(np.int8)
+    return (q.astype(np.float32) * s).reshape(-1)
+
+
+class ErrorFeedback:
+    """Per-tensor residuals (Seide et al. 2014; Karimireddy et al. 2019): what was not sent at
+    one step is added to the next, so the sum of sent values tracks the sum of true values
+    within one residual."""
+
+    def __init__(self) -> None:
+        self._residual: dict[str, np.ndarray] = {}
+
+    def compensate(self, key: str, x: np.ndarray) -> np.ndarray:
+        """``x`` plus the residual kept for ``key`` (``x`` itself the first time)."""
+        r = self._residual.get(key)
+        return x if r is None or r.shape != x.shape else x + r
+
+    def update(self, key: str, compensated: np.ndarray, sent: np.ndarray) -> None:
+        """Keep ``compensated - sent`` as ``key``'s residual."""
+        self._residual[key] = (compensated - sent).astype(np.float32)
+
+    def residual(self, key: str) -> np.ndarray | None:
+        """The residual kept for ``key`` (``None`` before the first update)."""
+        return self._residual.get(key)

@@ -1,0 +1,66 @@
+import numpy as np
+import pytest
+
+from commflow.compress import Codec, ErrorFeedback, quantized_allreduce
+from tests.runtime.harness import run_world
+
+N = 3000  # not a multiple of nranks * block: exercises padding
+BLOCK = 64
+
+
+def _input(rank):
+    return (np.random.default_rng(rank).standard_normal(N) * (rank + 1)).astype(np.float32)
+
+
+def _allreduce(comm, name):
+    out, stats = quantized_allreduce(comm, _input(comm.rank), codec=Codec(name=name, block=BLOCK),
+                                     measure_error=True)
+    return out, stats
+
+
+def _bound(nranks, qmax):
+    """sum_r s_r / 2 (each rank's quantization) + s_red / 2 (requantizing the reduced shard),
+    with s_red <= (absmax of the exact block + sum_r s_r / 2) / qmax."""
+    size = -(-N // (nranks * BLOCK)) * BLOCK * nranks
+    xs = [np.pad(_input(r), (0, size - N)).reshape(-1, BLOCK) for r in range(nranks)]
+    s = sum(np.abs(x).max(axis=1) / qmax for x in xs) / 2
+    exact = np.abs(sum(xs)).max(axis=1)
+    per_block = s + (exact + s) / qmax / 2
+    return np.repeat(per_block, BLOCK)[:N], sum(xs).reshape(-1)[:N]
+
+
+@pytest.mark.parametrize(("nranks", "name", "qmax"), [(2, "int8", 127), (4, "int8", 127),
+                                                     (4, "int4", 7)])
+def test_int_allreduce_within_derived_bound(nranks, name, qmax):
+    results = run_world(_allreduce, nranks, name)
+    bound, exact = _bound(nranks, qmax)
+    for out, stats in results:
+        np.testing.assert_array_equal(out, results[0][0])
+        assert np.all(np.abs(out - exact) <= bound * (1 + 1e-5) + 1e-5)
+        assert 0 < stats.relative_error < (0.02 if name == "int8" else 0.3)
+        b = -(-N // (nranks * BLOCK)) // 1 * (4 + (BLOCK if name == "int8" else BLOCK // 2))
+        assert stats.bytes_sent == 2 * (nranks - 1) * b
+
+
+def test_bf16_allreduce_and_bytes():
+    (out, stats), _ = run_world(_allreduce, 2, "bf16")
+    exact = _input(0) + _input(1)
+    np.testing.assert_allclose(out, exact, rtol=2e-2, atol=2e-2)
+    assert stats.bytes_sent * 2 <= stats.float32_bytes + 2 * 4 * BLOCK
+
+
+def _feedback(comm):
+    ef = ErrorFeedback()
+    total, sent = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    for t in range(10):
+        g = _input(comm.rank + 10 * t)
+        out, _ = quantized_allreduce(comm, g, codec=Codec(name="int4", block=BLOCK), feedback=ef)
+        total += comm.allreduce(g)
+        sent += out
+    return total, sent, comm.allreduce(ef.residual("x"))
+
+
+def test_error_feedback_keeps_the_sum_within_residuals():
+    for total, sent, residual in run_world(_feedback, 2):
+        # what is left out of the sum is the ranks' residuals plus the last requantization
+        assert np.abs(total - sent - residual).max() < np.abs(total).max() / 7

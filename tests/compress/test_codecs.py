@@ -1,0 +1,69 @@
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commflow.compress import Codec, ErrorFeedback, decode, encode, scales
+from commflow.errors import CommflowError
+
+
+def _x(seed, n=1024):
+    return np.random.default_rng(seed).standard_normal(n).astype(np.float32) * 3
+
+
+@given(st.integers(0, 2**31), st.sampled_from(["int8", "int4"]), st.sampled_from([2, 16, 256]))
+@settings(max_examples=40, deadline=None)
+def test_int_error_is_at_most_half_a_scale(seed, name, block):
+    codec = Codec(name=name, block=block)
+    x = _x(seed)
+    y = decode(encode(x, codec), x.size, codec)
+    qmax = 127 if name == "int8" else 7
+    ref = np.abs(x.reshape(-1, block)).max(axis=1) / np.float32(qmax)
+    np.testing.assert_array_equal(scales(x, codec), ref)
+    bound = np.repeat(ref, block) / 2
+    assert np.all(np.abs(y - x) <= bound * (1 + 1e-6))
+
+
+def test_sizes_and_float_casts():
+    x = _x(1)
+    assert encode(x, Codec(name="int8")).size == 4 * (4 + 256)
+    assert encode(x, Codec(name="int4")).size == 4 * (4 + 128)
+    np.testing.assert_array_equal(decode(encode(x, Codec(name="fp16")), x.size, Codec(name="fp16")),
+                                  x.astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(decode(encode(x, Codec(name="bf16")), x.size, Codec(name="bf16")),
+                                  x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_int4_packs_extremes_and_zero_blocks():
+    codec = Codec(name="int4", block=4)
+    x = np.array([7, -7, 1, 0, 0, 0, 0, 0], np.float32)
+    np.testing.assert_array_equal(decode(encode(x, codec), 8, codec), x)
+
+
+def test_error_feedback_tracks_the_sum_within_one_residual():
+    codec = Codec(name="int4", block=64)
+    ef = ErrorFeedback()
+    true_sum = np.zeros(256, np.float32)
+    sent_sum = np.zeros(256, np.float32)
+    for t in range(50):
+        g = _x(t, 256)
+        c = ef.compensate("g", g)
+        sent = decode(encode(c, codec), c.size, codec)
+        ef.update("g", c, sent)
+        true_sum += g
+        sent_sum += sent
+    np.testing.assert_allclose(true_sum - sent_sum, ef.residual("g"), atol=1e-4)
+    # one residual is at most half a scale of the last compensated value
+    assert np.abs(ef.residual("g")).max() <= np.abs(c).max() / 7 / 2 * (1 + 1e-6)
+
+
+def test_rejections():
+    with pytest.raises(CommflowError, match="unknown"):
+        Codec(name="int2")
+    with pytest.raises(CommflowError, match="even"):
+        Codec(block=3)
+    with pytest.raises(CommflowError, match="multiple of block"):
+        encode(np.zeros(10, np.float32), Codec(block=4))
+    with pytest.raises(CommflowError, match="expected"):
+        decode(np.zeros(5, np.uint8), 4, Codec(block=4))

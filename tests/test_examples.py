@@ -69,7 +69,8 @@ def check_custom_program(stdout: str) -> None:
 CHECKS = {"sim_dgx1.py": check_sim_dgx1, "custom_program.py": check_custom_program}
 
 
-LAUNCHED = {"train_ddp.py": "tests/torch/test_example.py (under commflow run and torchrun)"}
+LAUNCHED = {"train_ddp.py": "tests/torch/test_example.py (under commflow run and torchrun)",
+            "train_fsdp_tp.py": "tests/torch/test_fsdp_tp.py (against gloo, 4 ranks)"}
 """Examples that need several ranks, checked where their launchers are tested."""
 
 

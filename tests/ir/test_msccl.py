@@ -3,6 +3,7 @@ XML (threadblocks, FIFO connections, depid/deps flags) that must compute the col
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import xml.etree.ElementTree as ET
 from collections import defaultdict, deque
@@ -15,8 +16,10 @@ from commflow import topology
 from commflow.collectives import Collective, Element, postcondition, precondition
 from commflow.errors import AlgorithmError, ProgramError, VerificationError
 from commflow.ir import Program, ProgramBuilder, inp, make_program, out, scr, to_msccl_xml
+from commflow.ir.target import get_target
 from commflow.synth import synthesize
 
+from .msccl_conformance import violations
 from .programs import ring_allgather, ring_allreduce, two_channel_allgather
 from .test_serialize import scratch_allgather, switch_reduce
 
@@ -264,6 +267,19 @@ def test_limits_are_refused_with_the_limit_named():
     wide = algorithms.build("allgather", "ring", 8, channels=40)
     with pytest.raises(ProgramError, match="needs 40 channels where msccl has 32"):
         to_msccl_xml(wide)
+
+
+def test_elements_are_counted_per_file_in_msccl_and_per_rank_in_rccl():
+    wide = algorithms.build("allgather", "ring", 16, chunks=2, channels=8)
+    with pytest.raises(ProgramError, match="4369 elements per file where msccl's parser keeps"):
+        to_msccl_xml(wide, "msccl", proto="LL")
+    for runtime in ("rccl", "msccl-executor"):
+        text = to_msccl_xml(wide, runtime, proto="LL")
+        assert text.count("<step ") > 4096
+        assert violations(text, runtime) == []
+    small = dataclasses.replace(get_target("rccl", protocol="LL"), max_nodes=200)
+    with pytest.raises(ProgramError, match="would hold 2.. elements for one rank where rccl's"):
+        to_msccl_xml(wide, small, proto="LL")
 
 
 def test_ring_channel_is_one_threadblock_without_dependencies():

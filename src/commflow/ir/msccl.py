@@ -180,6 +180,8 @@ class _Writer:
                 self.receiver[s] = r
         self.nodes = 1 + len(program.participants)
         """XML elements written so far (the ``<algo>`` and its ``<gpu>`` elements at first)."""
+        self.rank_nodes = 0
+        """Most ``<tb>`` and ``<step>`` elements of one rank."""
         self.tb_of = [0] * len(t)
         self.slot = [0] * len(t)
         self.nchannels = 1
@@ -214,10 +216,14 @@ class _Writer:
             raise ProgramError(
                 f"{self.program.name}: needs {self.nchannels} channels where {target.name} "
                 f"has {target.max_channels}; use fewer channels per pair of ranks")
-        if target.max_nodes is not None and self.nodes > target.max_nodes:
+        nodes = self.nodes
+        if target.nodes_per_rank:
+            nodes = 1 + len(self.program.participants) + self.rank_nodes
+        if target.max_nodes is not None and nodes > target.max_nodes:
+            scope = "for one rank" if target.nodes_per_rank else "per file"
             raise ProgramError(
-                f"{self.program.name}: the XML would hold {self.nodes} elements where "
-                f"{target.name}'s parser takes {target.max_nodes} per file; lower the "
+                f"{self.program.name}: the XML would hold {nodes} elements {scope} where "
+                f"{target.name}'s parser keeps {target.max_nodes}; lower the "
                 "pipelining (fewer --chunks, --channels or synthesis --pieces)")
         return lines
 
@@ -347,7 +353,9 @@ class _Writer:
                 tb.index.append(s)
                 s += 1
         self._check_limits(tbs)
-        self.nodes += len(tbs) + sum(tb.index[-1] + 1 for tb in tbs if tb.index)
+        rank_nodes = len(tbs) + sum(tb.index[-1] + 1 for tb in tbs if tb.index)
+        self.nodes += rank_nodes
+        self.rank_nodes = max(self.rank_nodes, rank_nodes)
         for n, tb in enumerate(tbs):
             lines.append(f'    <tb id="{n}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">')
             for slot, (i, waits) in enumerate(zip(tb.steps, tb.waits, strict=True)):

@@ -92,7 +92,11 @@ class Target:
     max_children: int | None = None
     """Child elements one XML element may hold (the parsers' fixed arrays)."""
     max_nodes: int | None = None
-    """XML elements one file may hold."""
+    """XML elements the parser keeps (its fixed node array)."""
+    nodes_per_rank: bool = False
+    """Whether :attr:`max_nodes` counts the ``<algo>``, every ``<gpu>`` and only the loading
+    rank's ``<tb>`` and ``<step>`` elements (RCCL, msccl-executor: the parser skips other
+    ranks' threadblocks) rather than every element of the file (MSCCL 2.12)."""
     max_depid: int | None = None
     """Highest threadblock a step may depend on (``depid`` is a signed 8-bit integer)."""
     max_count: int | None = None
@@ -155,7 +159,7 @@ def _msccl_family(name: str, protocol: str) -> Target:
         return Target(**common, collective_names=_NAMES_MSCCL, max_steps_per_threadblock=256,
                       max_threadblocks=216)
     return Target(**common, collective_names=_NAMES_EXECUTOR, max_steps_per_threadblock=64,
-                  max_threadblocks=64)
+                  max_threadblocks=64 if name == "rccl" else 1024, nodes_per_rank=True)
 
 
 TARGETS = ("live", "msccl", "msccl-executor", "rccl")

@@ -1,10 +1,10 @@
 """Synthesis for a runtime: the most pipelined program that the target loads and runs.
 
 The default synthesized programs carry thousands of chunks per root, far beyond what MSCCL's
-parsers take (256 or 64 steps per threadblock, 4,096 elements per file). On an MSCCL-family
-target the runtime itself pipelines a large buffer by running the program in loops of at most
-one kernel chunk per program chunk (:func:`commflow.ir.transform.repeat`), so few pieces
-per share lose less than they would in one pass.
+parsers take (256 or 64 steps per threadblock, 4,096 XML elements per file or per rank). On an
+MSCCL-family target the runtime itself pipelines a large buffer by running the program in
+loops of at most one kernel chunk per program chunk (:func:`commflow.ir.transform.repeat`), so
+few pieces per share lose less than they would in one pass.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from commflow.cli import algos, cluster, plan, program, run, simulate, synth, topo, tune
+from commflow.cli import algos, cluster, plan, program, run, sched, simulate, synth, topo, tune
 from commflow.cli._output import err
 from commflow.cli.bench import bench
 from commflow.errors import CommflowError
@@ -36,6 +36,7 @@ app.command("run", context_settings=run.CONTEXT_SETTINGS)(run.run)
 app.command("bench")(bench)
 app.command("plan")(plan.plan)
 app.command("synth")(synth.synth)
+app.command("sched")(sched.sched)
 app.command("tune")(tune.tune)
 app.command("calibrate")(tune.calibrate)
 

@@ -78,8 +78,7 @@ def sched(
     for r in results:
         name = r.policy.name
         if name == "bytescheduler-tuned":
-            name += (f" ({r.policy.partition_bytes / (1 << 20):g} MiB, "
-                     f"{r.policy.credits} credits)")
+            name = f"tuned {r.policy.partition_bytes / (1 << 20):g}MiB x{r.policy.credits}"
         rows.add_row(escape(name), number(r.iteration_time * 1e3),
                      f"{baseline.iteration_time / r.iteration_time:.2f}",
                      number(r.exposed * 1e3), f"{r.lower_bound / r.iteration_time:.1%}")

@@ -13,7 +13,7 @@ sequence 128 near 200 sequences/s). Gradients are
   classifier; 25,557,032 parameters), ``vgg16`` (13 convolutions, 3 fully connected;
   138,357,544), ``bert-large`` (embeddings, 24 encoder layers, pooler and next-sentence
   head, masked-LM head; hidden 1,024, vocabulary 30,522; 336,226,108), ``gpt2`` (124 M:
-  12 blocks, hidden 768) and ``gpt2-xl````
+  12 blocks, hidden 768) and ``gpt2-xl``
   (1.5 B: 48 blocks, hidden 1,600; vocabulary 50,257, context 1,024, tied embeddings;
   124,439,808 and 1,557,611,200 parameters).
 """

@@ -139,3 +139,29 @@ def test_the_cluster_preset_implies_its_accelerator():
     implied = evaluate("gpt3-6.7b", "dgx-h100", plan).step_time
     assert implied == evaluate("gpt3-6.7b", "dgx-h100", plan, accelerator="h100-sxm").step_time
     assert implied < evaluate("gpt3-6.7b", "dgx-h100", plan, accelerator="a100-80gb").step_time
+
+
+def test_overlapped_gradient_reduction_leaves_the_last_layer_exposed():
+    from commflow.plan.comm import cluster_links, collective_time
+    from commflow.plan.evaluate import resolve_cluster
+    from commflow.plan.memory import stage_params
+    from commflow.plan.models import get_model
+
+    spec = get_model("gpt3-1.3b")
+    links = cluster_links(resolve_cluster("dgx-a100x2"))
+    plan = Plan(tp=8, dp=2, mb=8, global_batch=16)
+    grads = stage_params(spec, plan) * 2
+    whole = collective_time("allreduce", grads, 2, 8, links)
+    last = collective_time("allreduce", grads / spec.layers, 2, 8, links)
+    # backward (~0.18 s) hides all but the reduction of the last layer's gradient
+    for sched in ("fifo", "ddp", "pace"):
+        result = evaluate("gpt3-1.3b", "dgx-a100x2", Plan(tp=8, dp=2, mb=8, global_batch=16,
+                                                          dp_sched=sched))
+        assert result.breakdown["dp"] == pytest.approx(last, rel=1e-9)
+    hidden = evaluate("gpt3-1.3b", "dgx-a100x2", plan)
+    exposed = evaluate("gpt3-1.3b", "dgx-a100x2", Plan(tp=8, dp=2, mb=8, global_batch=16,
+                                                       overlap=False))
+    assert exposed.breakdown["dp"] == pytest.approx(whole, rel=1e-9)
+    assert exposed.step_time - hidden.step_time == pytest.approx(whole - last, rel=1e-9)
+    with pytest.raises(CommflowError, match="dp_sched must be one of"):
+        Plan(dp_sched="dear")

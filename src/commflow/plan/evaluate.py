@@ -180,6 +180,35 @@ def evaluate(
     return evaluate_on_links(spec, links, plan, gpu, calibration=calibration, pipeline=pipeline)
 
 
+def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterLinks,
+                window: float) -> float:
+    """Seconds a stage's data-parallel gradient reduction adds after its last backward pass.
+
+    The reduction (allreduce; reduce-scatter under ZeRO) of the last backward pass's
+    gradients, layer by layer as backward produces them (``window`` seconds for the stage's
+    layers, evenly), is scheduled by ``plan.dp_sched`` (:func:`commflow.sched.drain`, with
+    the message cost fitted to the simulated collective at one layer's and at all the
+    stage's gradient bytes); without ``plan.overlap`` it all follows backward. ZeRO-1/2's
+    all-gather of the updated parameters follows the optimizer step: never hidden here.
+    """
+    from commflow.sched import Workload, drain, fitted_cost
+
+    stride = plan.tp * plan.cp
+    kind = "allreduce" if plan.zero == 0 else "reducescatter"
+    reduce = collective_time(kind, grads, plan.dp, stride, links)
+    gather = collective_time("allgather", grads, plan.dp, stride, links) if 0 < plan.zero < 3 \
+        else 0.0
+    if not plan.overlap or reduce <= 0:
+        return reduce + gather
+    layers = spec.layers // plan.pp
+    piece = grads / layers
+    cost = fitted_cost({piece: collective_time(kind, piece, plan.dp, stride, links),
+                        grads: reduce}, name=f"{kind} over dp={plan.dp}")
+    backward = Workload.from_lists("stage", [0.0] * layers, [window / layers] * layers,
+                                   [piece] * layers)
+    return drain(backward, plan.dp_sched, cost) + gather
+
+
 def evaluate_on_links(
     spec: TransformerSpec,
     links: ClusterLinks,
@@ -215,15 +244,9 @@ def evaluate_on_links(
         raise CommflowError(f"pipeline must be simulate, exact or formula, got {pipeline!r}")
     params = stage_params(spec, plan)
     grads = params * width
-    dp_stride = plan.tp * plan.cp
-    if plan.zero == 0:
-        dp = collective_time("allreduce", grads, plan.dp, dp_stride, links)
-    else:
-        dp = collective_time("reducescatter", grads, plan.dp, dp_stride, links)
-        if plan.zero < 3:
-            dp += collective_time("allgather", grads, plan.dp, dp_stride, links)
-    window = plan.vp * (mb.backward + mb.weight) if plan.overlap else 0.0
-    ends = [end + max(0.0, dp - window) for end in run.stage_end]
+    window = plan.vp * (mb.backward + mb.weight)
+    exposed = _exposed_dp(spec, plan, grads, links, window)
+    ends = [end + exposed for end in run.stage_end]
     critical = max(range(plan.pp), key=ends.__getitem__)
     sharded = params / (plan.dp if plan.zero else 1)
     optimizer = sharded * OPTIMIZER_BYTES / gpu.hbm_bandwidth

@@ -11,6 +11,9 @@ from commflow.plan.models import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+DP_SCHEDULES = ("ddp", "fifo", "horovod", "priority", "p3", "bytescheduler", "pace")
+"""Policies of :mod:`commflow.sched` that finish the gradient reduction before the optimizer
+step (the ones :func:`commflow.sched.drain` takes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +48,10 @@ class Plan:
     """Overlap gradient reduction / parameter gathering with backward / forward compute."""
     precision: str = "bf16"
     """Training precision: ``bf16``, ``fp16`` or ``fp8``."""
+    dp_sched: str = "ddp"
+    """How the overlapped gradient reduction is scheduled (:mod:`commflow.sched`): ``ddp``
+    (25 MiB buckets), ``fifo``, ``horovod``, ``priority``, ``p3``, ``bytescheduler`` or
+    ``pace``."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "mb", "global_batch", "vp"):
@@ -63,6 +70,9 @@ class Plan:
             raise CommflowError("plan: vp > 1 needs schedule=interleaved")
         if self.dp % self.ep:
             raise CommflowError(f"plan: ep {self.ep} must divide dp {self.dp}")
+        if self.dp_sched not in DP_SCHEDULES:
+            raise CommflowError(
+                f"plan: dp_sched must be one of {', '.join(DP_SCHEDULES)}, got {self.dp_sched!r}")
 
     @property
     def gpus(self) -> int:

@@ -3,7 +3,7 @@ share the link with compute under FIFO, bucketing, fusion, priority, partitions,
 preemption, reduce-scatter/all-gather decomposition and sharded parameters."""
 
 from commflow.sched.cost import CommCost, fitted_cost, ring_cost, topology_cost
-from commflow.sched.engine import Schedule, Span, lower_bound, simulate
+from commflow.sched.engine import Schedule, Span, drain, lower_bound, simulate
 from commflow.sched.policies import POLICIES, Policy, get_policy
 from commflow.sched.workload import Layer, ScheduleError, Workload
 
@@ -17,6 +17,7 @@ __all__ = [
     "Span",
     "Workload",
     "fitted_cost",
+    "drain",
     "get_policy",
     "lower_bound",
     "ring_cost",

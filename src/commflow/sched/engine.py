@@ -113,6 +113,22 @@ def simulate(workload: Workload, policy: Policy | str, cost: CommCost, *,
                     lower_bound(workload, cost, policy), tuple(spans))
 
 
+def drain(workload: Workload, policy: Policy | str, cost: CommCost) -> float:
+    """Seconds from the end of one backward pass until its last gradient is reduced (one
+    iteration, nothing after it: what an optimizer step that needs every gradient waits).
+
+    Raises ``ScheduleError`` for policies that finish in the next forward (``dear``,
+    ``fsdp``).
+    """
+    policy = get_policy(policy)
+    if policy.decompose or policy.sharded:
+        raise ScheduleError(f"policy {policy.name!r} finishes its collectives in the next "
+                            "forward; drain applies to allreduce policies")
+    spans = _Run(build(workload, policy, 1), policy, cost).run(drain=True)
+    compute = max(s.end for s in spans if s.lane == "compute")
+    return max([0.0, *(s.end - compute for s in spans if s.lane == "comm")])
+
+
 class _Run:
     """The state of one simulation."""
 
@@ -141,7 +157,9 @@ class _Run:
         self.link_free = 0.0
         self.spans: list[Span] = []
 
-    def run(self) -> list[Span]:
+    def run(self, *, drain: bool = False) -> list[Span]:
+        """Every span until the last compute task ends (``drain``: until every collective
+        is complete too)."""
         graph, t = self.graph, 0.0
         for j in range(len(graph.ops)):
             if self.blockers[j] == 0:
@@ -153,13 +171,14 @@ class _Run:
                 for j in self.released_by[task - 1]:
                     self._unblock(j, task_end)
                 task_end = math.inf
-                if task == len(graph.tasks):
-                    return self.spans
             for end, parts in [m for m in self.messages if m[0] <= t + EPS]:
                 self.messages.remove((end, parts))
                 for j, _ in parts:
                     self.flying[j] -= 1
                     self._finish_if_sent(j, end)
+            if task == len(graph.tasks) and task_end == math.inf and (
+                    not drain or all(self.done)):
+                return self.spans
             if task_end == math.inf and task < len(graph.tasks) and all(
                     self.done[j] for j in graph.tasks[task].waits):
                 current = graph.tasks[task]

@@ -11,15 +11,17 @@ def test_table_lists_every_registered_algorithm(commflow):
     run = commflow("algos")
     assert run.code == 0
     keys = [line.split()[0] for line in run.stdout.splitlines()[1:] if line[:1].strip()]
-    assert keys == [a.key for a in available()]
+    assert keys == [a.key for a in available(in_network=True)]
+    assert "allreduce/ina" in keys
 
 
 def test_json_for_one_collective(commflow):
     records = json.loads(commflow("algos", "allreduce", "--json").stdout)
-    want = available("allreduce")
+    want = available("allreduce", in_network=True)
     assert [r["key"] for r in records] == [a.key for a in want]
     for record, algo in zip(records, want, strict=True):
         assert record["summary"] == algo.summary
+        assert record["in_network"] == (algo.name == "ina")
         assert record["params"] == ["chunks", "channels", *algo.params]
 
 

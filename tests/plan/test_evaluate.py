@@ -165,3 +165,19 @@ def test_overlapped_gradient_reduction_leaves_the_last_layer_exposed():
     assert exposed.step_time - hidden.step_time == pytest.approx(whole - last, rel=1e-9)
     with pytest.raises(CommflowError, match="dp_sched must be one of"):
         Plan(dp_sched="dear")
+
+
+def test_switches_that_aggregate_let_data_parallel_use_ina():
+    from commflow.plan.comm import cluster_links, collective_line
+    from commflow.plan.evaluate import resolve_cluster
+
+    topology = resolve_cluster("dgx-a100x8")
+    plain, sharp = cluster_links(topology), cluster_links(topology, in_network=True)
+    assert collective_line("allreduce", 1, 8, plain).algorithm != "ina"
+    line = collective_line("allreduce", 1, 8, sharp)
+    assert line.algorithm == "ina"
+    assert 0.95 * sharp.network_bandwidth <= line.bandwidth <= sharp.network_bandwidth
+    plan = Plan(tp=8, dp=8, mb=1, global_batch=64, overlap=False)
+    ring = evaluate("gpt3-6.7b", "dgx-a100x8", plan)
+    ina = evaluate("gpt3-6.7b", "dgx-a100x8", plan, in_network=True)
+    assert ina.breakdown["dp"] < 0.65 * ring.breakdown["dp"]

@@ -12,13 +12,16 @@ from commflow.algorithms import (  # noqa: F401 (imported to register the famili
     double_binary_tree,
     halving_doubling,
     hierarchical,
+    in_network,
     multi_ring,
     pairwise,
     recursive_doubling,
     ring,
     torus2d,
 )
+from commflow.algorithms.in_network import aggregation_trees
 from commflow.algorithms.placement import build_for
 from commflow.algorithms.registry import Algorithm, available, build, get, register
 
-__all__ = ["Algorithm", "available", "build", "build_for", "get", "register"]
+__all__ = ["Algorithm", "aggregation_trees", "available", "build", "build_for", "get",
+           "register"]

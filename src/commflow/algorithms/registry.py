@@ -32,6 +32,9 @@ class Algorithm:
     generator: Generator
     summary: str
     params: tuple[str, ...] = ()
+    in_network: bool = False
+    """Whether its programs have switch participants (they aggregate in the network): they
+    verify and simulate, but neither the live runtime nor MSCCL runs them."""
 
     @property
     def key(self) -> str:
@@ -43,20 +46,22 @@ _REGISTRY: dict[tuple[Collective, str], Algorithm] = {}
 
 
 def register(collectives: Iterable[Collective], name: str, generator: Generator, summary: str,
-             params: tuple[str, ...] = ()) -> None:
+             params: tuple[str, ...] = (), *, in_network: bool = False) -> None:
     """Register ``generator`` as algorithm ``name`` for each of ``collectives``."""
     for collective in collectives:
         key = (collective, name)
         if key in _REGISTRY:
             raise AlgorithmError(f"algorithm {collective.value}/{name} registered twice")
-        _REGISTRY[key] = Algorithm(collective, name, generator, summary, params)
+        _REGISTRY[key] = Algorithm(collective, name, generator, summary, params, in_network)
 
 
-def available(collective: Collective | str | None = None) -> list[Algorithm]:
-    """Registered algorithms, for one collective or all, sorted by key."""
+def available(collective: Collective | str | None = None, *,
+              in_network: bool = False) -> list[Algorithm]:
+    """Registered algorithms, for one collective or all, sorted by key; those that aggregate
+    in the network (:attr:`Algorithm.in_network`) only with ``in_network``."""
     coll = None if collective is None else parse_collective(collective)
-    return sorted((a for a in _REGISTRY.values() if coll is None or a.collective is coll),
-                  key=lambda a: a.key)
+    return sorted((a for a in _REGISTRY.values() if (coll is None or a.collective is coll)
+                   and (in_network or not a.in_network)), key=lambda a: a.key)
 
 
 def get(collective: Collective | str, name: str) -> Algorithm:

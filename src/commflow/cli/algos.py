@@ -29,7 +29,7 @@ def algos(
       commflow algos allreduce
       commflow algos allgather --json
     """
-    algorithms = available(collective)
+    algorithms = available(collective, in_network=True)
     if as_json:
         echo_json(
             [
@@ -38,6 +38,7 @@ def algos(
                     "collective": a.collective.value,
                     "name": a.name,
                     "summary": a.summary,
+                    "in_network": a.in_network,
                     "params": [
                         *COMMON_PARAMS,
                         *(("root",) if a.collective.rooted else ()),
@@ -49,6 +50,7 @@ def algos(
         )
         return
     rows = table("key", "summary", "extra params")
+    rows.columns[0].no_wrap = True
     for a in algorithms:
         rows.add_row(a.key, a.summary, ", ".join(a.params) or "-")
     out.print(rows)

@@ -66,6 +66,9 @@ def plan(
         None, "--plan", help='Evaluate one plan: "tp=8,pp=16,dp=24,mb=1,vp=2,sp=1,zero=1,..."'
     ),
     timeline: str = typer.Option(None, "--timeline", help="With --plan: write a PNG timeline."),
+    in_network: bool = typer.Option(
+        False, "--in-network",
+        help="The network switches aggregate (SHARP): allreduce may use in-network aggregation."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
 ) -> None:
     """Predict step time, throughput, TFLOP/s, MFU and memory of parallel transformer training,
@@ -85,7 +88,8 @@ def plan(
         chosen = parse_plan(plan_text, global_batch=global_batch, precision=precision)
         pipeline = "exact" if timeline else "simulate"
         topology = resolve_cluster(cluster, gpus or chosen.gpus)
-        results = [evaluate(spec, topology, chosen, accelerator=accelerator, pipeline=pipeline)]
+        results = [evaluate(spec, topology, chosen, accelerator=accelerator, pipeline=pipeline,
+                            in_network=in_network)]
         if timeline:
             draw_timeline(results[0], timeline)
     else:
@@ -97,6 +101,7 @@ def plan(
             accelerator=accelerator,
             precision=precision,
             top=top,
+            in_network=in_network,
         )
     if as_json:
         echo_json([e.to_dict() for e in results])

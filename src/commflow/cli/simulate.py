@@ -10,6 +10,7 @@ from rich.progress import Progress
 
 from commflow.algorithms import build_for
 from commflow.cli._output import dtype_size, echo_json, err, gbps, number, out, parse_params, usec
+from commflow.ir.program import ParticipantKind
 from commflow.sim import Bound, SimResult, lower_bound, simulate
 from commflow.topology import Topology, load
 from commflow.units import format_size, parse_size, size_range
@@ -35,7 +36,8 @@ def sim(
     end: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size."),
     factor: int = typer.Option(4, "-f", "--stepfactor", help="Size multiplier between rows."),
     dtype: str = typer.Option("float32", "-d", "--datatype", help="Element type (count column)."),
-    chunks: int = typer.Option(1, "--chunks", help="Pieces each block is pipelined in."),
+    chunks: int = typer.Option(
+        None, "--chunks", help="Pieces each block is pipelined in (default 1; ina: 64)."),
     channels: int = typer.Option(1, "--channels", help="Independent channels."),
     root: int = typer.Option(None, "--root", help="Root rank of rooted collectives (default 0)."),
     param: list[str] = typer.Option(
@@ -54,7 +56,8 @@ def sim(
     The program is built for the topology's ranks with topology-aware defaults (a ring
     follows the fastest direct links; hierarchical takes one box per group). Columns:
     size(B) count type time(us) algbw(GB/s) busbw(GB/s), then the lower bound's time and
-    %bound = bound / time * 100 (100 means the algorithm meets the bound). GB = 1e9 bytes;
+    %bound = bound / time * 100 (100 means the algorithm meets the bound; for programs whose
+    switches aggregate, like ina, the bound with in-network aggregation). GB = 1e9 bytes;
     sizes take K/M/G suffixes.
 
     [bold]Examples[/bold]
@@ -66,22 +69,19 @@ def sim(
     topology = load(topo)
     name, elem = dtype_size(dtype)
     sizes = size_range(parse_size(begin), parse_size(end), factor)
-    program = build_for(
-        collective,
-        algo,
-        topology,
-        chunks=chunks,
-        channels=channels,
-        root=root,
-        **parse_params(param),
-    )
+    extra = parse_params(param)
+    if chunks is not None:
+        extra["chunks"] = chunks
+    program = build_for(collective, algo, topology, channels=channels, root=root, **extra)
     root = program.root or 0
+    in_network = any(p.kind is ParticipantKind.SWITCH for p in program.participants)
     records = []
     with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
         task = bar.add_task(f"simulating {program.name}", total=len(sizes))
         for size in sizes:
             result = simulate(program, topology, size, model=model, target=target)
-            bound = lower_bound(program.collective, topology, size, root=root)
+            bound = lower_bound(program.collective, topology, size, root=root,
+                                in_network=in_network)
             records.append((size, result, bound))
             bar.advance(task)
     if as_json:

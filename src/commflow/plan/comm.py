@@ -7,7 +7,8 @@ NIC per GPU to a non-blocking network switch across boxes). For each (collective
 applicable algorithm of :data:`CANDIDATES` is simulated (:func:`commflow.sim.simulate`,
 alpha-beta model) at two sizes and the fastest is kept as a line ``time = a + size / bw``
 (the alpha-beta simulation is affine in size, so the fit reproduces it to rounding; tests
-check a third size). Groups over :data:`SIM_MAX_RANKS` ranks are simulated with fewer boxes
+check a third size). Where the cluster's switches aggregate (``in_network``), allreduce also
+tries ``ina``. Groups over :data:`SIM_MAX_RANKS` ranks are simulated with fewer boxes
 and extrapolated with the ring cost ``(n-1)·α + (n-1)/n·size·β``. Results are cached per
 (collective, shape, cluster).
 """
@@ -54,10 +55,14 @@ class ClusterLinks:
     """Latency of an intra-box link, seconds."""
     network_latency: float
     """Latency of a network hop, seconds."""
+    in_network: bool = False
+    """Whether the network switches aggregate (SHARP, SwitchML): allreduce may then use
+    ``ina`` (:mod:`commflow.algorithms.in_network`)."""
 
 
-def cluster_links(topology: Topology) -> ClusterLinks:
-    """Summarize ``topology`` (box size, per-GPU intra-box and network bandwidth of box 0).
+def cluster_links(topology: Topology, *, in_network: bool = False) -> ClusterLinks:
+    """Summarize ``topology`` (box size, per-GPU intra-box and network bandwidth of box 0);
+    ``in_network``: its switches aggregate.
 
     Raises ``CommflowError`` when the boxes differ in size."""
     boxes = topology.nboxes
@@ -77,7 +82,8 @@ def cluster_links(topology: Topology) -> ClusterLinks:
                 intra += link.bandwidth
                 intra_lat = max(intra_lat, link.latency)
     return ClusterLinks(
-        topology.nranks, per_box, intra / per_box, net / per_box, intra_lat, net_lat or intra_lat
+        topology.nranks, per_box, intra / per_box, net / per_box, intra_lat, net_lat or intra_lat,
+        in_network,
     )
 
 
@@ -145,7 +151,10 @@ def collective_line(
         sim_boxes //= 2
     topo = shape_topology(per_box, sim_boxes, links)
     best: tuple[float, str, float, float] | None = None
-    for name in CANDIDATES[collective]:
+    names = CANDIDATES[collective]
+    if links.in_network and collective == "allreduce":
+        names = (*names, "ina")
+    for name in names:
         try:
             program = build_for(collective, name, topo)
         except AlgorithmError:

@@ -165,6 +165,7 @@ def evaluate(
     accelerator: Accelerator | str | None = None,
     calibration: Calibration = CALIBRATION,
     pipeline: str = "simulate",
+    in_network: bool = False,
 ) -> Evaluation:
     """Predict one training step of ``model`` on ``cluster`` under ``plan``.
 
@@ -173,10 +174,11 @@ def evaluate(
     micro-batch simulated) or ``"formula"`` (closed-form bubble, for screening).
     ``accelerator`` defaults to the one the cluster preset implies (``dgx-h100``: H100). Raises
     ``CommflowError`` when the plan does not divide the model or cluster, or names are unknown.
+    ``in_network``: the cluster's switches aggregate (SHARP), so allreduce may use ``ina``.
     """
     spec = model if isinstance(model, TransformerSpec) else get_model(model)
     gpu = accelerator_for(accelerator, cluster)
-    links = cluster_links(resolve_cluster(cluster, plan.gpus))
+    links = cluster_links(resolve_cluster(cluster, plan.gpus), in_network=in_network)
     return evaluate_on_links(spec, links, plan, gpu, calibration=calibration, pipeline=pipeline)
 
 

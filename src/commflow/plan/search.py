@@ -110,18 +110,20 @@ def search(
     space: SearchSpace = SearchSpace(),
     screen_factor: int = 2,
     calibration: Calibration = CALIBRATION,
+    in_network: bool = False,
 ) -> list[Evaluation]:
     """The ``top`` fastest plans that fit in memory, fastest first.
 
     ``cluster`` is a topology or a preset name (``gpus`` sets its box count);
     ``accelerator`` defaults to the one the cluster preset implies
-    (:func:`~commflow.plan.hardware.implied_accelerator`). Raises
+    (:func:`~commflow.plan.hardware.implied_accelerator`); ``in_network``: the cluster's
+    switches aggregate (SHARP), so allreduce may use ``ina``. Raises
     ``CommflowError`` when no plan is valid and fits, naming the closest miss.
     """
     spec = model if isinstance(model, TransformerSpec) else get_model(model)
     gpu = accelerator_for(accelerator, cluster)
     topology = resolve_cluster(cluster, gpus)
-    links = cluster_links(topology)
+    links = cluster_links(topology, in_network=in_network)
     fitting: list[Plan] = []
     smallest: float | None = None
     for plan in candidates(

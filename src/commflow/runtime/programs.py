@@ -160,7 +160,11 @@ def check_algorithm(collective: Collective, name: str) -> None:
             )
         return
     if name != "auto":
-        algorithms.get(collective, name)
+        if algorithms.get(collective, name).in_network:
+            raise AlgorithmError(
+                f"{collective.value}/{name} aggregates in network switches, which the "
+                "shared-memory runtime has none of; simulate it (commflow sim --algo "
+                f"{name}) or run it through a software switch (commflow ina)")
         return
     if collective not in _AUTO:
         raise AlgorithmError(f"no automatic choice for {collective.value}")

@@ -92,11 +92,18 @@ class Bound:
 
 
 def lower_bound(
-    collective: Collective | str, topology: Topology, size: float, *, root: int = 0
+    collective: Collective | str, topology: Topology, size: float, *, root: int = 0,
+    in_network: bool = False,
 ) -> Bound:
     """Lower bound on the time of ``collective`` moving ``size`` bytes on ``topology``.
 
-    ``root`` matters only for broadcast, reduce, scatter and gather. Raises
+    ``root`` matters only for broadcast, reduce, scatter and gather. The table above assumes
+    only ranks reduce; ``in_network=True`` lets switches and NICs add data on its way
+    (SwitchML, SHARP; the ``ina`` algorithm): an allreduce then needs, for every set S
+    holding some ranks but not all, ``size`` bytes out of S and ``size`` into it (S's partial
+    sum must leave, the total must come in), so its bandwidth time is ``size / B`` for the
+    smallest such boundary ``B`` either way (the reduce-scatter + allgather bound no longer
+    holds: on one switch it is ``2(N-1)/N`` times larger). Other collectives ignore it. Raises
     ``CommflowError`` for an unknown collective, a negative or non-finite size or a root
     outside the ranks, and ``TopologyError`` when ranks that must exchange data are not
     connected.
@@ -125,7 +132,10 @@ def lower_bound(
             binding="bandwidth",
             exact=True,
         )
-    cut, bandwidth_time, exact = _bandwidth_bound(kind, topology, size, root)
+    if in_network and kind is Collective.ALLREDUCE:
+        cut, bandwidth_time, exact = _in_network_bound(topology, size)
+    else:
+        cut, bandwidth_time, exact = _bandwidth_bound(kind, topology, size, root)
     steps = _steps(kind, topology, root)
     latency_time = steps * _min_hop_latency(topology)
     time = max(bandwidth_time, latency_time)
@@ -169,6 +179,16 @@ def _bandwidth_bound(
     else:
         cut, exact = alltoall_cut(net)
     return cut, cut.seconds(size / n), exact
+
+
+def _in_network_bound(topology: Topology, size: float) -> tuple[RatioCut, float, bool]:
+    """Allreduce with aggregation in the network: ``size`` over the smallest boundary, either
+    way, of a set holding some ranks but not all (every such set holds rank 0 or its
+    complement does, so rank 0's broadcast cuts forwards and backwards cover them)."""
+    out = broadcast_cut(flow_network(topology), 0)
+    into = broadcast_cut(flow_network(topology, reverse=True), 0)
+    cut = out if out.bandwidth <= into.bandwidth else into
+    return cut, size / cut.bandwidth, True
 
 
 def _steps(kind: Collective, topology: Topology, root: int | None) -> int:

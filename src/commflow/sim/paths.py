@@ -56,13 +56,18 @@ def segment_max(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
 def place(program: Program, topology: Topology, placement: Sequence[int] | None) -> np.ndarray:
     """Topology node of every participant of ``program`` (int64 array).
 
-    ``None`` places rank ``i`` on node ``i`` and needs ``program.nranks <= topology.nranks``
-    and no in-network participant. An explicit ``placement`` has one node id per participant:
-    ranks go on rank nodes, in-network participants on switch or NIC nodes; participants may
-    share a node (transfers between them are then free). Raises ``SimulationError`` naming the
-    participant or node that does not fit.
+    ``None`` places rank ``i`` on node ``i`` and in-network participants on the nodes the
+    program's ``switch_nodes`` parameter names (e.g. ``ina`` built for a topology); without
+    it, it needs ``program.nranks <= topology.nranks`` and no in-network participant. An
+    explicit ``placement`` has one node id per participant: ranks go on rank nodes,
+    in-network participants on switch or NIC nodes; participants may share a node (transfers
+    between them are then free). Raises ``SimulationError`` naming the participant or node
+    that does not fit.
     """
     kinds = [p.kind for p in program.participants]
+    nodes_of_switches = dict(program.params).get("switch_nodes")
+    if placement is None and nodes_of_switches is not None:
+        placement = [*range(program.nranks), *nodes_of_switches]
     if placement is None:
         if ParticipantKind.SWITCH in kinds:
             first = kinds.index(ParticipantKind.SWITCH)

@@ -62,11 +62,14 @@ def test_a_real_run_reads_back_as_nccl_tests_output(capsys):
 
 
 def _measurement(size: int, inplace: bool, seconds: float, wrong: int) -> Measurement:
+    """Ranks whose mean times average to ``seconds`` (rank 0 the fastest, rank 3 the
+    slowest); the median, which nccl-tests' output does not use, is 1 s."""
+    means = (0.5 * seconds, 0.9 * seconds, 1.1 * seconds, 1.5 * seconds)
     return Measurement(
         impl="commflow", collective=Collective.ALLGATHER, algo="auto", nranks=4,
         dtype="float16", op="none", root=-1, size=size, count=size // 8, inplace=inplace,
-        time=Summary(median=seconds, ci=None, runs=5), algbw=size / seconds,
-        busbw=0.75 * size / seconds, wrong=wrong,
+        time=Summary(median=1.0, ci=None, runs=5), algbw=size, busbw=0.75 * size,
+        wrong=wrong, rank_means=means,
     )
 
 
@@ -91,18 +94,31 @@ def test_columns_footer_and_failures_as_nccl_tests_prints_them():
         "  1073741824     134217728      half    none      -1    12346   86.97   65.23      2"
         "    12346   86.97   65.23      0",
     ]
-    runs = [(m.size, m.time.median) for m in report.measurements]
+    runs = [(m.size, sum(m.rank_means) / 4) for m in report.measurements]
     average = sum(0.75 * size / seconds for size, seconds in runs) / len(runs) / 1e9
     assert lines[-3:] == [
         "# Out of bounds values : 2 FAILED",
         f"# Avg bus bandwidth    : {average:g} ",
         "#",
     ]
+    slowest = format_report(report, begin=1 << 20, end=1 << 30, factor=1024, average=3)
+    assert [line.split()[5:8] for line in slowest if not line.startswith("#")] == [
+        ["75.00", "13.98", "10.49"], ["18518", "57.98", "43.49"]
+    ]
+    first = format_report(report, begin=1 << 20, end=1 << 30, factor=1024, average=0)
+    assert [line.split()[5] for line in first if not line.startswith("#")] == ["25.00", "6172.8"]
     unchecked = format_report(report, begin=1 << 20, end=1 << 30, factor=1024, check=False)
     assert [line.split()[8] for line in unchecked if not line.startswith("#")] == ["N/A"] * 2
     assert unchecked[-3] == "# Out of bounds values : 0 OK"
 
 
-def test_check_takes_0_or_1(capsys):
-    code, _, err = run_bench(capsys, "--nccl-tests", "-g", "2", "-c", "2")
-    assert code == 2 and "-c 2: use -c 1 to check results or -c 0 not to" in err
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("-c", "2"), "-c 2: use -c 1 to check results or -c 0 not to"),
+        (("-a", "4"), "-a 4: use 0 (rank 0), 1 (average), 2 (min) or 3 (max)"),
+    ],
+)
+def test_check_and_average_take_nccl_tests_values(capsys, args, message):
+    code, _, err = run_bench(capsys, "--nccl-tests", "-g", "2", *args)
+    assert code == 2 and message in err

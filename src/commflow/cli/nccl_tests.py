@@ -10,6 +10,7 @@ import typer
 
 from commflow.bench import BenchConfig, BenchReport, Measurement
 from commflow.cli.bench import fail_if_wrong, measure
+from commflow.collectives import busbw_factor
 from commflow.errors import CommflowError
 from commflow.runtime import DEFAULT_TIMEOUT
 from commflow.units import parse_size, size_range
@@ -28,6 +29,10 @@ HEADER = (
 
 _KEY_WIDTHS = (12, 12, 8, 6, 6)
 
+AVERAGES = {0: ("rank 0", lambda t: t[0]), 1: ("average", lambda t: sum(t) / len(t)),
+            2: ("minimum", min), 3: ("maximum", max)}
+"""``-a``: how the ranks' mean iteration times combine into the reported time."""
+
 
 def nccl_tests(
     collective: str = typer.Argument("allreduce", help="Collective: allreduce, allgather, ..."),
@@ -45,21 +50,24 @@ def nccl_tests(
     dtype: str = typer.Option("float", "-d", "--datatype", help="Element type (float, half...)."),
     op: str = typer.Option("sum", "-o", "--op", help="Reduction: sum, prod, min, max, avg."),
     root: int = typer.Option(0, "-r", "--root", help="Root rank of rooted collectives."),
+    average: int = typer.Option(
+        1, "-a", "--average", help="Time over ranks: 0 rank 0, 1 average, 2 min, 3 max."
+    ),
     timeout: float = typer.Option(DEFAULT_TIMEOUT, "--timeout", help="Seconds any wait may take."),
 ) -> None:
     """Run commflow's collective (algo auto) with nccl-tests' flags and print
     exactly nccl-tests' table, so that parsers of its logs read it.
 
-    Flags as nccl-tests: -b -e -f -n -w -c -d -o -r, defaults as nccl-tests
-    (-b 32M -e 32M -f 2 -n 20 -w 5 -c 1 -d float). -g gives the ranks
-    (nccl-tests' GPUs; commflow bench's -n). Columns: size count type redop
-    root, then time(us) algbw(GB/s) busbw(GB/s) #wrong out-of-place and
-    in-place; the footer gives the out-of-bounds count and the average bus
-    bandwidth over all rows. Time is the median over the iterations of the
-    slowest rank's time (nccl-tests -a 3 takes the slowest rank too, but
-    averages the iterations). Not accepted: -a (always the slowest rank),
-    -m (one operation per iteration), -t (one thread per rank), -G (no
-    CUDA graphs). Exit status 1 when a result was wrong.
+    Flags as nccl-tests: -b -e -f -n -w -c -d -o -r -a, defaults as
+    nccl-tests (-b 32M -e 32M -f 2 -n 20 -w 5 -c 1 -d float -a 1). -g gives
+    the ranks (nccl-tests' GPUs; commflow bench's -n). Columns: size count
+    type redop root, then time(us) algbw(GB/s) busbw(GB/s) #wrong
+    out-of-place and in-place; the footer gives the out-of-bounds count and
+    the average bus bandwidth over all rows. Time: each rank's mean over the
+    timed iterations, combined over the ranks as -a says (every iteration
+    starts with a barrier, which nccl-tests does not do). Not accepted: -m
+    (one operation per iteration), -t (one thread per rank), -G (no CUDA
+    graphs). Exit status 1 when a result was wrong.
 
     [bold]Examples[/bold]
 
@@ -68,6 +76,8 @@ def nccl_tests(
     """
     if check not in (0, 1):
         raise CommflowError(f"-c {check}: use -c 1 to check results or -c 0 not to")
+    if average not in AVERAGES:
+        raise CommflowError(f"-a {average}: use 0 (rank 0), 1 (average), 2 (min) or 3 (max)")
     config = BenchConfig(
         collective=collective,
         **({} if ranks is None else {"nranks": ranks}),
@@ -82,16 +92,20 @@ def nccl_tests(
     )
     report = measure(config)
     for line in format_report(report, begin=parse_size(begin), end=parse_size(end),
-                              factor=factor, check=bool(check)):
+                              factor=factor, check=bool(check), average=average):
         print(line)
     fail_if_wrong(report)
 
 
 def format_report(report: BenchReport, *, begin: int, end: int, factor: int,
-                  check: bool = True) -> list[str]:
+                  check: bool = True, average: int = 1) -> list[str]:
     """nccl-tests' output for ``report``: the ``#`` header, one row per size (out-of-place
-    then in-place), and the footer with the out-of-bounds count and the average busbw."""
+    then in-place), and the footer with the out-of-bounds count and the average busbw.
+    A row's time combines the ranks' mean iteration times as nccl-tests' ``-a average``
+    (:data:`AVERAGES`); algbw and busbw follow from it."""
     c = report.config
+    combine = AVERAGES[average][1]
+    bus_factor = busbw_factor(c.collective, c.nranks)
     rows = [m for m in report.measurements if m.impl == "commflow"]
     lines = [
         f"# nThread 1 nGpus {c.nranks} minBytes {begin} maxBytes {end} step: {factor}(factor) "
@@ -107,6 +121,7 @@ def format_report(report: BenchReport, *, begin: int, end: int, factor: int,
         "#",
         *HEADER,
     ]
+    busbw: list[float] = []
     by_size: dict[int, dict[bool, Measurement]] = {}
     for m in rows:
         by_size.setdefault(m.size, {})[m.inplace] = m
@@ -117,28 +132,35 @@ def format_report(report: BenchReport, *, begin: int, end: int, factor: int,
         keys = (str(size), str(first.count), dtype, first.op, str(first.root))
         line = "  ".join(k.rjust(w) for k, w in zip(keys, _KEY_WIDTHS, strict=True))
         for inplace in (False, True):
-            line += "".join(f"  {cell}" for cell in _cells(placed.get(inplace), check))
+            m = placed.get(inplace)
+            seconds = None if m is None else combine(m.rank_means)
+            line += "".join(f"  {cell}" for cell in _cells(m, seconds, bus_factor, check))
+            if m is not None:
+                busbw.append(m.size / seconds * bus_factor)
         lines.append(line)
     wrong = sum(m.wrong for m in rows) if check else 0
-    average = sum(m.busbw for m in rows) / len(rows) / 1e9 if rows else 0.0
+    mean_busbw = sum(busbw) / len(busbw) / 1e9 if busbw else 0.0
     lines += [
         f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
-        f"# Avg bus bandwidth    : {average:g} ",
+        f"# Avg bus bandwidth    : {mean_busbw:g} ",
         "#",
     ]
     return lines
 
 
-def _cells(m: Measurement | None, check: bool) -> list[str]:
-    """time, algbw, busbw and #wrong as nccl-tests prints them."""
-    if m is None:
+def _cells(m: Measurement | None, seconds: float | None, factor: float,
+           check: bool) -> list[str]:
+    """time, algbw, busbw and #wrong as nccl-tests prints them, for ``m`` taking
+    ``seconds`` (``factor``: busbw over algbw)."""
+    if m is None or seconds is None:
         return [c.rjust(w) for c, w in zip(("-", "-", "-", "-"), (7, 6, 6, 5), strict=True)]
-    us = m.time.median * 1e6
+    us = seconds * 1e6
     digits = 0 if us >= 10000 else 1 if us >= 100 else 2
+    algbw = m.size / seconds
     wrong = str(m.wrong) if check else "N/A"
     return [
         f"{us:7.{digits}f}",
-        f"{m.algbw / 1e9:6.2f}",
-        f"{m.busbw / 1e9:6.2f}",
+        f"{algbw / 1e9:6.2f}",
+        f"{algbw * factor / 1e9:6.2f}",
         wrong.rjust(5),
     ]

@@ -49,6 +49,8 @@ def test_dash_h_is_help_on_every_command(commflow, command):
         (["export"], "<msccl|msccl-executor|rccl>"),
         (["synth"], "<bandwidth|latency|balanced>"),
         (["plan"], "<bf16|fp16|fp8>"),
+        (["bench"], "<sum|prod|min|max|avg>"),
+        (["bench", "--nccl-tests"], "<sum|prod|min|max|avg>"),
         (["p2p"], "<latency|bw|bibw>"),
     ],
 )
@@ -107,3 +109,12 @@ def test_tables_are_whole_when_stdout_is_a_pipe():
         "ring(GB/s)", "multi_ring(GB/s)", "double_binary_tree(GB/s)",
     ]
     assert len(lines) == 4 and lines[3].split()[0] == "1K"
+
+
+def test_bench_help_offers_nccl_tests_mode_and_its_help_has_its_flags(commflow, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert "--nccl-tests" in commflow("bench", "-h").stdout
+    text = commflow("bench", "--nccl-tests", "-h").stdout
+    assert "Usage: commflow bench" in text
+    for flag in ("--ngpus", "--iters", "--warmup_iters", "--check", "--average", "--datatype"):
+        assert flag in text

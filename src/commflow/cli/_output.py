@@ -12,6 +12,7 @@ from rich.table import Table
 
 from commflow.errors import CommflowError
 from commflow.ir.target import PROTOCOLS, TARGETS
+from commflow.runtime import OPS
 from commflow.sim import MODELS
 from commflow.units import GB
 
@@ -75,6 +76,9 @@ Runtime = choices("Runtime", [t for t in TARGETS if t != "live"])
 
 Protocol = choices("Protocol", PROTOCOLS)
 """``--proto``: NCCL's protocols."""
+
+Op = choices("Op", OPS)
+"""``-o``/``--op``: the reductions of the runtime."""
 
 
 def dtype_size(name: str) -> tuple[str, int]:

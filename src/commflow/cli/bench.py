@@ -21,7 +21,7 @@ from commflow.bench import (
 )
 from commflow.bench.memory import PROBE_BYTES, PROBE_REPEATS
 from commflow.cli._group import NCCL_TESTS_FLAG
-from commflow.cli._output import echo_json, err, gbps, number, out, usec
+from commflow.cli._output import Op, echo_json, err, gbps, number, out, usec
 from commflow.errors import CommflowError
 from commflow.runtime import DEFAULT_TIMEOUT
 from commflow.units import format_size, parse_size, size_range
@@ -40,7 +40,7 @@ def bench(
     end: str = typer.Option("64M", "-e", "--maxbytes", help="Largest size."),
     factor: int = typer.Option(2, "-f", "--stepfactor", help="Size multiplier between rows."),
     dtype: str = typer.Option("float32", "-d", "--datatype", help="Element type."),
-    op: str = typer.Option("sum", "-o", "--op", help="Reduction: sum, prod, min, max, avg."),
+    op: Op = typer.Option(Op("sum"), "-o", "--op", help="Reduction."),  # type: ignore[valid-type]
     root: int = typer.Option(0, "-r", "--root", help="Root rank of rooted collectives."),
     algo: str = typer.Option(
         "auto",
@@ -98,7 +98,7 @@ def bench(
         nranks=default_nranks() if nranks is None else nranks,
         sizes=tuple(size_range(parse_size(begin), parse_size(end), factor)),
         dtype=dtype,
-        op=op,
+        op=op.value,
         root=root,
         algos=tuple(a.strip() for a in algo.split(",")),
         peers=() if vs.strip() == "none" else tuple(p.strip() for p in vs.split(",")),

@@ -9,6 +9,7 @@ import socket
 import typer
 
 from commflow.bench import BenchConfig, BenchReport, Measurement
+from commflow.cli._output import Op
 from commflow.cli.bench import fail_if_wrong, measure
 from commflow.collectives import busbw_factor
 from commflow.errors import CommflowError
@@ -48,7 +49,7 @@ def nccl_tests(
         1, "-c", "--check", help="1: count wrong elements; 0: print N/A in #wrong."
     ),
     dtype: str = typer.Option("float", "-d", "--datatype", help="Element type (float, half...)."),
-    op: str = typer.Option("sum", "-o", "--op", help="Reduction: sum, prod, min, max, avg."),
+    op: Op = typer.Option(Op("sum"), "-o", "--op", help="Reduction."),  # type: ignore[valid-type]
     root: int = typer.Option(0, "-r", "--root", help="Root rank of rooted collectives."),
     average: int = typer.Option(
         1, "-a", "--average", help="Time over ranks: 0 rank 0, 1 average, 2 min, 3 max."
@@ -83,7 +84,7 @@ def nccl_tests(
         **({} if ranks is None else {"nranks": ranks}),
         sizes=tuple(size_range(parse_size(begin), parse_size(end), factor)),
         dtype={v: k for k, v in NCCL_TYPES.items()}.get(dtype, dtype),
-        op=op,
+        op=op.value,
         root=root,
         peers=(),
         warmup=warmup,

@@ -116,7 +116,7 @@ def test_columns_footer_and_failures_as_nccl_tests_prints_them():
     ("args", "message"),
     [
         (("-c", "2"), "-c 2: use -c 1 to check results or -c 0 not to"),
-        (("-a", "4"), "-a 4: use 0 (rank 0), 1 (average), 2 (min) or 3 (max)"),
+        (("-a", "4"), "-a 4: use one of 0 (rank 0), 1 (average), 2 (min), 3 (max)"),
     ],
 )
 def test_check_and_average_take_nccl_tests_values(capsys, args, message):

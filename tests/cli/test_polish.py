@@ -118,3 +118,17 @@ def test_bench_help_offers_nccl_tests_mode_and_its_help_has_its_flags(commflow, 
     assert "Usage: commflow bench" in text
     for flag in ("--ngpus", "--iters", "--warmup_iters", "--check", "--average", "--datatype"):
         assert flag in text
+
+
+def test_json_is_a_flag_on_every_command_that_has_it():
+    group = typer.main.get_command(app)
+    found = []
+    for command in _commands():
+        cmd = group
+        for name in command:
+            cmd = cmd.commands[name]
+        for param in cmd.params:
+            if "--json" in param.opts:
+                found.append(" ".join(command))
+                assert param.is_flag, command
+    assert {"bench", "sim", "bound", "p2p", "topo show", "algos"} <= set(found)

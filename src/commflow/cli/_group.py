@@ -24,7 +24,8 @@ def suggest(name: str, known: list[str]) -> list[str]:
 
 
 class CommflowGroup(TyperGroup):
-    """A typer group whose unknown commands raise a one-line usage error with suggestions."""
+    """A typer group whose unknown commands raise a one-line usage error with suggestions,
+    and which hands ``bench ... --nccl-tests ...`` to the ``nccl-tests`` command."""
 
     def resolve_command(
         self, ctx: typer.Context, args: list[str]

@@ -31,7 +31,7 @@ HEADER = (
 _KEY_WIDTHS = (12, 12, 8, 6, 6)
 
 AVERAGES = {0: ("rank 0", lambda t: t[0]), 1: ("average", lambda t: sum(t) / len(t)),
-            2: ("minimum", min), 3: ("maximum", max)}
+            2: ("min", min), 3: ("max", max)}
 """``-a``: how the ranks' mean iteration times combine into the reported time."""
 
 
@@ -78,7 +78,8 @@ def nccl_tests(
     if check not in (0, 1):
         raise CommflowError(f"-c {check}: use -c 1 to check results or -c 0 not to")
     if average not in AVERAGES:
-        raise CommflowError(f"-a {average}: use 0 (rank 0), 1 (average), 2 (min) or 3 (max)")
+        known = ", ".join(f"{k} ({label})" for k, (label, _) in AVERAGES.items())
+        raise CommflowError(f"-a {average}: use one of {known}")
     config = BenchConfig(
         collective=collective,
         **({} if ranks is None else {"nranks": ranks}),

@@ -1,4 +1,5 @@
-"""``commflow bench`` on the command line: help, a tiny real run with --json, errors."""
+"""``commflow bench`` on the command line: help, a tiny real run with --json-out and --json,
+errors."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def test_help_documents_the_defaults(capsys):
         "--vs",
         "--algo",
         "--json",
+        "--json-out",
         "--plot",
         "--iters",
         "confidence interval of the median",
@@ -46,7 +48,7 @@ def test_tiny_run_prints_the_table_notes_bound_and_json(capsys, tmp_path):
         "6",
         "-w",
         "1",
-        "--json",
+        "--json-out",
         str(path),
     )
     assert code == 0
@@ -83,6 +85,20 @@ def test_tiny_run_prints_the_table_notes_bound_and_json(capsys, tmp_path):
     ]
     table_times = [float(row[5]) for row in rows]
     assert table_times == [round(r["time_us"], 2) for r in records if not r["inplace"]]
+
+
+def test_json_flag_prints_the_records_instead_of_the_tables(capsys):
+    code, out, _ = run_bench(
+        capsys, "-n", "2", "-b", "64", "-e", "64", "--vs", "none", "--iters", "3", "-w", "0",
+        "--json",
+    )
+    assert code == 0
+    records = json.loads(out)
+    assert [(r["impl"], r["size"], r["inplace"], r["runs"]) for r in records] == [
+        ("commflow", 64, False, 3),
+        ("commflow", 64, True, 3),
+    ]
+    assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in records)
 
 
 @pytest.mark.parametrize(

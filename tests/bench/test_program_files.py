@@ -55,7 +55,7 @@ def test_bench_runs_a_program_file_beside_a_named_algorithm(capsys, tmp_path, mo
         "1",
         "--iters",
         "2",
-        "--json",
+        "--json-out",
         str(records),
     )
     assert code == 0, err

@@ -133,4 +133,7 @@ def test_export_refuses_a_program_that_hangs_on_the_target(commflow, tmp_path):
 
 def test_export_bad_protocol(commflow, program_file, tmp_path):
     run = commflow("export", str(program_file), "--xml", str(tmp_path / "o.xml"), "--proto", "X")
-    assert run.code == 2 and "error: unknown protocol 'X'" in run.stderr
+    assert run.code == 2 and run.stderr == (
+        "error: Invalid value for '--proto': 'X' is not one of 'Simple', 'LL', 'LL128'. "
+        "(see 'commflow export -h')\n"
+    )

@@ -116,7 +116,8 @@ def test_sim_table_rows(commflow):
         (["--topo", "dgx1", "--algo", ALGO, "-b", "1X"], "error: cannot parse size '1X'"),
         (["--topo", "dgx1", "--algo", ALGO, "-b", "1M", "-e", "1K"], "error: bad size range"),
         (["--topo", "dgx1", "--algo", ALGO, "-d", "float17"], "error: unknown data type"),
-        (["--topo", "dgx1", "--algo", ALGO, "--model", "x"], "error: unknown model 'x'"),
+        (["--topo", "dgx1", "--algo", ALGO, "--model", "x"],
+         "error: Invalid value for '--model' / '-m': 'x' is not one of 'alphabeta', 'flow'"),
     ],
 )
 def test_sim_errors(commflow, args, message):

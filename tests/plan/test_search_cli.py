@@ -65,3 +65,15 @@ def test_cli_search_table_and_timeline(commflow, tmp_path):
 def test_cli_errors_exit_2(commflow):
     run = commflow("plan", "--model", "nope", "--global-batch", "8", "--gpus", "8")
     assert run.code == 2 and "unknown model" in run.stderr
+
+
+def test_printing_a_result_shows_the_plan_not_the_timeline():
+    best = search("gpt3-6.7b", "dgx-a100", gpus=16, global_batch=32, top=1, space=SPACE)[0]
+    deep = parse_plan("tp=2,pp=4,dp=2,mb=1", global_batch=64)
+    exact = evaluate("gpt3-6.7b", "dgx-a100x2", deep, pipeline="exact")
+    assert len(exact.pipeline.intervals) > 100  # the timeline a dataclass repr would dump
+    for result in (best, exact):
+        text = repr(result)
+        assert len(text) < 2048 and "\n" not in text
+        assert text.startswith(f"Evaluation(plan={result.plan.describe()!r}, ")
+        assert f"intervals={len(result.pipeline.intervals)}" in text

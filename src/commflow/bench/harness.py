@@ -68,6 +68,9 @@ class Measurement:
     """``algbw`` times nccl-tests' factor for the collective, bytes/s."""
     wrong: int
     """Elements that differed from the expected values, summed over the ranks."""
+    rank_means: tuple[float, ...] = ()
+    """Each rank's mean time of the timed iterations (s), in rank order (what nccl-tests
+    reports per rank before ``-a`` combines the ranks)."""
 
     def record(self) -> dict:
         """The JSON record: ``impl, collective, algo, nranks, dtype, op, size, inplace,
@@ -207,6 +210,7 @@ def combine_ranks(spec: RunSpec, ranks: list[dict]) -> list[Measurement]:
                 algbw=algbw,
                 busbw=algbw * factor,
                 wrong=sum(run["wrong"] for run in runs),
+                rank_means=tuple(float(np.mean(run["times"])) for run in runs),
             )
         )
     return out

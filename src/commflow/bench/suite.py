@@ -23,6 +23,7 @@ from commflow.bench.spec import RunSpec
 from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.runtime import DEFAULT_TIMEOUT, OPS, algorithm_names, dtype_of, fastpath
+from commflow.runtime.launcher import usable_cpus
 from commflow.runtime.programs import check_algorithm, is_program_file
 
 BenchProgress = Callable[[str, int, int], None]
@@ -30,8 +31,8 @@ BenchProgress = Callable[[str, int, int], None]
 
 
 def default_nranks() -> int:
-    """The number of CPU cores of this host, at least 2."""
-    return max(2, os.cpu_count() or 1)
+    """The number of CPUs this process may run on (its affinity), at least 2."""
+    return max(2, usable_cpus())
 
 
 @dataclass(frozen=True, kw_only=True)

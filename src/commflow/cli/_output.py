@@ -5,14 +5,32 @@ from __future__ import annotations
 
 import json
 import math
+from enum import Enum
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
 from commflow.errors import CommflowError
+from commflow.ir.target import PROTOCOLS, TARGETS
+from commflow.runtime import OPS
+from commflow.sim import MODELS
 from commflow.units import GB
 
-out = Console(highlight=False, soft_wrap=True)
+PIPE_WIDTH = 10_000
+"""Width of standard output when it is not a terminal: wide enough that no table column is
+wrapped or cut (a pipe or a file gets whole headers and cells)."""
+
+
+class _Stdout(Console):
+    """A console as wide as the terminal it writes to, or :data:`PIPE_WIDTH` elsewhere."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        return dims if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, dims.height)
+
+
+out = _Stdout(highlight=False, soft_wrap=True)
 """Standard output (tables, summaries)."""
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -39,6 +57,28 @@ _DTYPE_ALIASES = {
     "char": "int8",
     "int": "int32",
 }
+
+
+def choices(name: str, values: tuple[str, ...] | list[str]) -> type[Enum]:
+    """An enumeration of the fixed ``values`` an option takes, so that ``--help`` lists them
+    and the parser refuses others (the option's value is the member: use ``.value``)."""
+    return Enum(name, [(value, value) for value in values], type=str)
+
+
+Model = choices("Model", MODELS)
+"""``--model``: the simulator's cost models."""
+
+Target = choices("Target", TARGETS)
+"""``--target`` of sim and verify: where a program runs (``live`` is commflow's runtime)."""
+
+Runtime = choices("Runtime", [t for t in TARGETS if t != "live"])
+"""``--target`` of export and synth: the runtimes that load MSCCL XML."""
+
+Protocol = choices("Protocol", PROTOCOLS)
+"""``--proto``: NCCL's protocols."""
+
+Op = choices("Op", OPS)
+"""``-o``/``--op``: the reductions of the runtime."""
 
 
 def dtype_size(name: str) -> tuple[str, int]:

@@ -20,7 +20,8 @@ from commflow.bench import (
     run_benchmark,
 )
 from commflow.bench.memory import PROBE_BYTES, PROBE_REPEATS
-from commflow.cli._output import err, gbps, number, out, usec
+from commflow.cli._group import NCCL_TESTS_FLAG
+from commflow.cli._output import Op, echo_json, err, gbps, number, out, usec
 from commflow.errors import CommflowError
 from commflow.runtime import DEFAULT_TIMEOUT
 from commflow.units import format_size, parse_size, size_range
@@ -39,7 +40,7 @@ def bench(
     end: str = typer.Option("64M", "-e", "--maxbytes", help="Largest size."),
     factor: int = typer.Option(2, "-f", "--stepfactor", help="Size multiplier between rows."),
     dtype: str = typer.Option("float32", "-d", "--datatype", help="Element type."),
-    op: str = typer.Option("sum", "-o", "--op", help="Reduction: sum, prod, min, max, avg."),
+    op: Op = typer.Option(Op("sum"), "-o", "--op", help="Reduction."),  # type: ignore[valid-type]
     root: int = typer.Option(0, "-r", "--root", help="Root rank of rooted collectives."),
     algo: str = typer.Option(
         "auto",
@@ -51,8 +52,16 @@ def bench(
     warmup: int = typer.Option(5, "-w", "--warmup", help="Untimed iterations per size."),
     iters: int = typer.Option(20, "--iters", help="Timed iterations per size."),
     timeout: float = typer.Option(DEFAULT_TIMEOUT, "--timeout", help="Seconds any wait may take."),
-    json_file: Path = typer.Option(None, "--json", help="Write the records as JSON here."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the records as JSON on standard output instead of tables."
+    ),
+    json_file: Path = typer.Option(None, "--json-out", help="Also write the records as JSON here."),
     plot_file: Path = typer.Option(None, "--plot", help="Draw busbw vs size into this PNG."),
+    nccl_tests_flag: bool = typer.Option(
+        False, NCCL_TESTS_FLAG,
+        help="nccl-tests' flags and output instead (-g ranks, -n iterations, ...); "
+        "see `commflow bench --nccl-tests -h`.",
+    ),
 ) -> None:
     """Measure real collectives between processes of this machine, like
     nccl-tests, with torch.distributed gloo and Open MPI on the same sizes.
@@ -78,7 +87,9 @@ def bench(
 
       commflow bench
       commflow bench --vs gloo,mpi -n 2 -b 8 -e 64M
-      commflow bench allgather --algo all --vs none -e 16M --json ag.json --plot ag.png
+      commflow bench allgather --algo all --vs none -e 16M --json-out ag.json --plot ag.png
+      commflow bench allreduce -n 2 -e 1M --vs none --json
+      commflow bench --nccl-tests allreduce -g 4 -b 8 -e 128M -f 2 -n 20 -w 5
       commflow synth allgather --topo ring4 -o ag4.json
       commflow bench allgather -n 4 --algo ring,ag4.json --vs none
     """
@@ -87,7 +98,7 @@ def bench(
         nranks=default_nranks() if nranks is None else nranks,
         sizes=tuple(size_range(parse_size(begin), parse_size(end), factor)),
         dtype=dtype,
-        op=op,
+        op=op.value,
         root=root,
         algos=tuple(a.strip() for a in algo.split(",")),
         peers=() if vs.strip() == "none" else tuple(p.strip() for p in vs.split(",")),
@@ -95,6 +106,26 @@ def bench(
         iters=iters,
         timeout=timeout,
     )
+    report = measure(config)
+    records = [m.record() for m in report.measurements]
+    if as_json:
+        echo_json(records)
+    else:
+        _print(report)
+    if json_file is not None:
+        _write(json_file, json.dumps(records, indent=2))
+    if plot_file is not None:
+        plot_busbw(
+            report.measurements,
+            plot_file,
+            bound=report.bound,
+            title=f"{config.collective.value}, {config.nranks} ranks, {config.dtype}",
+        )
+    fail_if_wrong(report)
+
+
+def measure(config: BenchConfig) -> BenchReport:
+    """Run the benchmark, with a progress bar on standard error while it is a terminal."""
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         tasks: dict[str, TaskID] = {}
 
@@ -103,17 +134,11 @@ def bench(
                 tasks[impl] = bar.add_task(f"{impl}: sizes", total=total)
             bar.update(tasks[impl], completed=done)
 
-        report = run_benchmark(config, progress=progress)
-    _print(report)
-    if json_file is not None:
-        _write(json_file, json.dumps([m.record() for m in report.measurements], indent=2))
-    if plot_file is not None:
-        plot_busbw(
-            report.measurements,
-            plot_file,
-            bound=report.bound,
-            title=f"{config.collective.value}, {config.nranks} ranks, {config.dtype}",
-        )
+        return run_benchmark(config, progress=progress)
+
+
+def fail_if_wrong(report: BenchReport) -> None:
+    """Exit with status 1, naming the implementations, when a result was wrong."""
     wrong = {m.impl for m in report.measurements if m.wrong}
     if wrong:
         err.print(

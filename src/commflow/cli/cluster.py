@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from commflow.cli._group import CommflowGroup
 from commflow.cli._output import echo_json, out, table
 from commflow.runtime import cluster
 from commflow.units import parse_bandwidth, parse_time
@@ -12,6 +13,7 @@ app = typer.Typer(
     help="Emulated hosts on this machine: network namespaces behind a bridge, links shaped "
     "with tc (needs root).",
     no_args_is_help=True,
+    cls=CommflowGroup,
 )
 
 

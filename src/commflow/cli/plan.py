@@ -5,10 +5,13 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from commflow.cli._output import echo_json, out
+from commflow.cli._output import choices, echo_json, out
 from commflow.plan import Evaluation, Plan, evaluate, get_model, parse_plan, resolve_cluster, search
-from commflow.plan.hardware import implied_accelerator
+from commflow.plan.hardware import PRECISION_BYTES, implied_accelerator
 from commflow.plan.timeline import draw_timeline
+
+Precision = choices("Precision", tuple(PRECISION_BYTES))
+"""``--precision``: the training precisions the planner models."""
 
 BREAKDOWN_PARTS = ("compute", "tp", "pp_bubble", "dp", "optimizer")
 """Breakdown parts shown as table columns (all parts are in ``--json``)."""
@@ -60,7 +63,9 @@ def plan(
     gpus: int = typer.Option(None, "--gpus", help="GPUs (sets the box count of the cluster)."),
     global_batch: int = typer.Option(..., "--global-batch", help="Sequences per step."),
     seq: int = typer.Option(None, "--seq", help="Sequence length (default: the model's)."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16, fp16 or fp8."),
+    precision: Precision = typer.Option(
+        Precision("bf16"), "--precision", help="Training precision."
+    ),  # type: ignore[valid-type]
     top: int = typer.Option(10, "--top", help="Plans to list when searching."),
     plan_text: str = typer.Option(
         None, "--plan", help='Evaluate one plan: "tp=8,pp=16,dp=24,mb=1,vp=2,sp=1,zero=1,..."'
@@ -82,6 +87,7 @@ def plan(
       commflow plan --model gpt3-175b --gpus 1024 --global-batch 1536
         --plan "tp=8,pp=16,dp=8,mb=1,vp=3,recompute=full" --timeline step.png
     """
+    precision = precision.value
     spec = get_model(model, seq=seq)
     accelerator = accelerator or implied_accelerator(cluster)
     if plan_text is not None:

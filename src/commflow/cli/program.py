@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 from commflow.algorithms import build as build_program
-from commflow.cli._output import err, out, parse_params
+from commflow.cli._output import Protocol, Runtime, Target, err, out, parse_params
 from commflow.errors import CommflowError, VerificationError
 from commflow.ir import Program, get_target, load_program, save_program, to_msccl_xml
 from commflow.ir import verify as verify_program
@@ -56,11 +56,12 @@ def verify(
     file: Path = typer.Argument(
         ..., help="Program file (JSON from `commflow build`, or MSCCL XML ending in .xml)."
     ),
-    target: str = typer.Option(
-        "live", "--target",
-        help="Also prove it cannot hang there: live, msccl, msccl-executor or rccl.",
-    ),
-    proto: str = typer.Option("Simple", "--proto", help="NCCL protocol of --target."),
+    target: Target = typer.Option(
+        Target("live"), "--target", help="Also prove it cannot hang there."
+    ),  # type: ignore[valid-type]
+    proto: Protocol = typer.Option(
+        Protocol("Simple"), "--proto", help="NCCL protocol of --target."
+    ),  # type: ignore[valid-type]
     max_bytes: str = typer.Option(
         None, "--max-bytes", help="Largest size it will run at on --target (default: any)."
     ),
@@ -78,7 +79,7 @@ def verify(
     """
     program = load_program(file)
     try:
-        verify_program(program, target=get_target(target, protocol=proto),
+        verify_program(program, target=get_target(target.value, protocol=proto.value),
                        max_bytes=None if max_bytes is None else parse_size(max_bytes))
     except VerificationError as error:
         err.print(f"[bold red]FAILED:[/bold red] {escape(str(error))}")
@@ -109,12 +110,14 @@ def import_xml(
 def export(
     file: Path = typer.Argument(..., help="Program file (JSON, from `commflow build`)."),
     xml: Path = typer.Option(..., "--xml", help="MSCCL XML file to write."),
-    target: str = typer.Option(
-        "msccl", "--target", "--runtime",
+    target: Runtime = typer.Option(
+        Runtime("msccl"), "--target", "--runtime",
         help="Runtime that loads the file: msccl (MSCCL_XML_FILES), msccl-executor or rccl "
         "(MSCCL_ALGO_DIR).",
-    ),
-    proto: str = typer.Option("Simple", "--proto", help="NCCL protocol: Simple, LL or LL128."),
+    ),  # type: ignore[valid-type]
+    proto: Protocol = typer.Option(
+        Protocol("Simple"), "--proto", help="NCCL protocol."
+    ),  # type: ignore[valid-type]
     min_bytes: str = typer.Option("0", "--min-bytes", help="Smallest size to use it for."),
     max_bytes: str = typer.Option("1G", "--max-bytes", help="Largest size to use it for."),
 ) -> None:
@@ -130,6 +133,7 @@ def export(
       commflow export ring8.json --xml ring8.xml
       commflow export ring8.json --xml ring8.xml --target rccl --proto LL128 --max-bytes 64M
     """
+    target, proto = target.value, proto.value
     program = load_program(file)
     try:
         text = to_msccl_xml(program, target, proto=proto, min_bytes=parse_size(min_bytes),

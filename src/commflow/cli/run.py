@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from commflow.errors import CommflowError
-from commflow.runtime.launcher import GRACE, launch, parse_hosts
+from commflow.runtime.launcher import GRACE, launch, parse_hosts, usable_cpus
 
 CONTEXT_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 """Options end at the command's first word: what follows belongs to the command."""
@@ -13,10 +12,19 @@ CONTEXT_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": 
 
 def run(
     command: list[str] = typer.Argument(
-        ..., metavar="COMMAND", help="Program and its arguments; a .py file runs with Python."
+        ...,
+        metavar="COMMAND",
+        help="Program and its arguments; a .py file runs with Python; with -m a module.",
     ),
     nprocs: int = typer.Option(
-        None, "-n", "--nprocs", help="Number of ranks (default with --hosts: all their slots)."
+        None,
+        "-n",
+        "--nprocs",
+        help="Number of ranks (default: the CPUs this process may use; with --hosts: all "
+        "their slots).",
+    ),
+    module: bool = typer.Option(
+        False, "-m", "--module", help="COMMAND is a Python module: run `python -m COMMAND`."
     ),
     hosts: str = typer.Option(
         None,
@@ -40,7 +48,9 @@ def run(
     Each rank gets COMMFLOW_RANK, COMMFLOW_WORLD_SIZE, COMMFLOW_LOCAL_RANK,
     COMMFLOW_LOCAL_SIZE, COMMFLOW_JOB and torchrun's RANK, WORLD_SIZE,
     LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Output lines are
-    prefixed with \\[rank N], standard output and error kept apart.
+    prefixed with \\[rank N], standard output and error kept apart. As torchrun,
+    -m runs a module and OMP_NUM_THREADS is 1 unless set; the default rank
+    count is the number of CPUs this process may run on (its affinity).
 
     Ctrl-C and SIGTERM are forwarded to every rank (SIGKILL after --grace
     seconds, or at a second Ctrl-C). When a rank fails the others are stopped
@@ -50,13 +60,12 @@ def run(
     [bold]Examples[/bold]
 
       commflow run -n 4 train.py --epochs 1
+      commflow run -n 2 -m mypackage.train --epochs 1
       commflow run -n 2 -- python -c "import os; print(os.environ['RANK'])"
       commflow run --hosts h0:2,h1:2 bench.py
     """
     if nprocs is None:
-        if hosts is None:
-            raise CommflowError("give the number of ranks with -n (or hosts with --hosts)")
-        nprocs = sum(host.slots for host in parse_hosts(hosts))
+        nprocs = usable_cpus() if hosts is None else sum(h.slots for h in parse_hosts(hosts))
     code = launch(
         command,
         nprocs,
@@ -65,5 +74,6 @@ def run(
         prefix_output=prefix,
         timeout=timeout,
         grace=grace,
+        module=module,
     )
     raise typer.Exit(code)

@@ -9,7 +9,18 @@ from rich.markup import escape
 from rich.progress import Progress
 
 from commflow.algorithms import build_for
-from commflow.cli._output import dtype_size, echo_json, err, gbps, number, out, parse_params, usec
+from commflow.cli._output import (
+    Model,
+    Target,
+    dtype_size,
+    echo_json,
+    err,
+    gbps,
+    number,
+    out,
+    parse_params,
+    usec,
+)
 from commflow.ir.program import ParticipantKind
 from commflow.sim import Bound, SimResult, lower_bound, simulate
 from commflow.topology import Topology, load
@@ -43,12 +54,14 @@ def sim(
     param: list[str] = typer.Option(
         [], "--param", "-p", help="Extra algorithm parameter key=value (repeatable)."
     ),
-    model: str = typer.Option("alphabeta", "--model", "-m", help="alphabeta or flow."),
-    target: str = typer.Option(
-        "live", "--target",
+    model: Model = typer.Option(
+        Model("alphabeta"), "--model", "-m", help="Cost model."
+    ),  # type: ignore[valid-type]
+    target: Target = typer.Option(
+        Target("live"), "--target",
         help="Where it runs: live (unbounded buffers), msccl, msccl-executor or rccl "
         "(bounded buffers: a program that would hang there is refused).",
-    ),
+    ),  # type: ignore[valid-type]
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
 ) -> None:
     """Simulate an algorithm on a topology over a range of sizes, like nccl-tests.
@@ -66,6 +79,7 @@ def sim(
       commflow sim allreduce --topo dgx1 --algo double_binary_tree -b 1K -e 64M -f 8
       commflow sim allgather --topo dgx-a100x2 --algo ring --model flow --json
     """
+    model, target = model.value, target.value
     topology = load(topo)
     name, elem = dtype_size(dtype)
     sizes = size_range(parse_size(begin), parse_size(end), factor)

@@ -10,12 +10,27 @@ from pathlib import Path
 import typer
 
 from commflow.algorithms import build_for
-from commflow.cli._output import echo_json, err, gbps, number, out, table, usec
+from commflow.cli._output import (
+    Model,
+    Runtime,
+    choices,
+    echo_json,
+    err,
+    gbps,
+    number,
+    out,
+    table,
+    usec,
+)
 from commflow.errors import CommflowError
 from commflow.ir import save_program, to_msccl_xml, verify
 from commflow.sim import lower_bound, simulate
 from commflow.topology import load
 from commflow.units import format_size, parse_size, size_range
+
+Objective = choices("Objective", ("bandwidth", "latency", "balanced"))
+"""``--objective``: what the synthesized program is made for (``commflow.synth.OBJECTIVES``,
+and ``balanced``: picked by size; kept here so that the CLI starts without the synthesizers)."""
 
 BASELINES = ("ring", "multi_ring", "double_binary_tree")
 """Predefined algorithms shown for comparison (``-`` where one does not apply); ``multi_ring``
@@ -33,9 +48,9 @@ def _baseline_algbw(collective, name, topology, size, model) -> float | None:
 def synth(
     collective: str = typer.Argument(..., help="Collective: allgather, allreduce, alltoall, ..."),
     topo: str = typer.Option(..., "--topo", "-t", help="Topology: preset name or file."),
-    objective: str = typer.Option(
-        "bandwidth", "--objective", help="bandwidth, latency or balanced."
-    ),
+    objective: Objective = typer.Option(
+        Objective("bandwidth"), "--objective", help="What the program is made for."
+    ),  # type: ignore[valid-type]
     size: str = typer.Option(
         None, "--size", help="balanced: the size to be fastest at (default 1M)."
     ),
@@ -49,16 +64,18 @@ def synth(
     begin: str = typer.Option("1M", "-b", "--minbytes", help="Smallest size (64K, 16M, 1G)."),
     end: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size."),
     factor: int = typer.Option(32, "-f", "--stepfactor", help="Size multiplier between rows."),
-    model: str = typer.Option("flow", "--model", "-m", help="Simulator model: flow or alphabeta."),
+    model: Model = typer.Option(
+        Model("flow"), "--model", "-m", help="Simulator model."
+    ),  # type: ignore[valid-type]
     output: Path = typer.Option(None, "-o", "--output", help="Save the program as JSON here."),
     xml: Path = typer.Option(
         None, "--xml",
         help="Save MSCCL XML for --target here: without --pieces, of the most pipelined "
         "program that target loads.",
     ),
-    target: str = typer.Option(
-        "msccl", "--target", help="Runtime of --xml: msccl, msccl-executor or rccl."
-    ),
+    target: Runtime = typer.Option(
+        Runtime("msccl"), "--target", help="Runtime of --xml."
+    ),  # type: ignore[valid-type]
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
     show: Path = typer.Option(
         None, "--show", help="Draw the link loads at the largest size into this PNG."
@@ -89,6 +106,7 @@ def synth(
     from commflow.synth.show import draw_schedule, schedule_picture
     from commflow.tune import choose
 
+    objective, model, target = objective.value, model.value, target.value
     topology = load(topo)
     start = time.perf_counter()
     if objective == "balanced":

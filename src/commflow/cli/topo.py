@@ -6,10 +6,13 @@ from collections import Counter
 
 import typer
 
+from commflow.cli._group import CommflowGroup
 from commflow.cli._output import echo_json, gbps, number, out, table, usec
 from commflow.topology import NodeKind, Topology, diameter, fingerprint, load, presets
 
-app = typer.Typer(help="Inspect topologies (presets or files).", no_args_is_help=True)
+app = typer.Typer(
+    help="Inspect topologies (presets or files).", no_args_is_help=True, cls=CommflowGroup
+)
 
 
 @app.command("show")

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from commflow.cli._output import echo_json, err, number, out, table
+from commflow.cli._output import Model, echo_json, err, number, out, table
 from commflow.errors import CommflowError
 from commflow.topology import load
 from commflow.units import format_size, parse_size, size_range
@@ -24,7 +24,9 @@ def tune(
     begin: str = typer.Option("1K", "-b", "--minbytes", help="Smallest size tuned."),
     end: str = typer.Option("4G", "-e", "--maxbytes", help="Largest size tuned."),
     factor: int = typer.Option(4, "-f", "--stepfactor", help="Size multiplier between sizes."),
-    model: str = typer.Option("alphabeta", "--model", "-m", help="alphabeta or flow."),
+    model: Model = typer.Option(
+        Model("alphabeta"), "--model", "-m", help="Simulator model."
+    ),  # type: ignore[valid-type]
     output: Path = typer.Option(None, "-o", "--output", help="Write the table (JSON) here."),
     nccl_csv: Path = typer.Option(
         None, "--nccl-csv", help="Write NCCL tuner-plugin rules (NCCL_TUNER_CONFIG_FILE) here."
@@ -52,6 +54,7 @@ def tune(
     names = [c.strip() for c in collectives.split(",") if c.strip()]
     if not names:
         raise CommflowError("commflow tune: name at least one collective")
+    model = model.value
     result = offline_table(names, topology, sizes, model=model)
     if output is not None:
         result.save(output)
@@ -77,7 +80,9 @@ def tune(
 
 
 def calibrate(
-    files: list[Path] = typer.Argument(..., help="JSON records of `commflow bench --json`."),
+    files: list[Path] = typer.Argument(
+        ..., help="JSON records of `commflow bench --json-out` (or --json)."
+    ),
     holdout: bool = typer.Option(
         True, "--holdout/--no-holdout",
         help="Fit on every other measurement and report the others (else fit and report all).",
@@ -92,7 +97,7 @@ def calibrate(
 
     [bold]Examples[/bold]
 
-      commflow bench allreduce -n 2 --algo all --vs none -b 1K -e 16M -f 4 --json ar.json
+      commflow bench allreduce -n 2 --algo all --vs none -b 1K -e 16M -f 4 --json-out ar.json
       commflow calibrate ar.json
     """
     from commflow.tune.calibrate import calibrate as fit

@@ -55,6 +55,16 @@ class Evaluation:
     pipeline: PipelineRun
     """The simulated schedule (timeline)."""
 
+    def __repr__(self) -> str:
+        """One line: the plan and its headline numbers, not the timeline (``pipeline`` holds
+        every op of the step)."""
+        return (
+            f"Evaluation(plan={self.plan.describe()!r}, step_time={self.step_time:.6g}, "
+            f"tokens_per_s={self.tokens_per_s:.6g}, mfu={self.mfu:.4f}, "
+            f"memory_gib={self.memory.total / 2**30:.2f}, fits={self.fits}, "
+            f"pipeline={self.pipeline!r})"
+        )
+
     def to_dict(self) -> dict:
         """The ``--json`` record."""
         return {

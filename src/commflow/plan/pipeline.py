@@ -64,6 +64,13 @@ class PipelineRun:
         """When the last stage finishes, seconds."""
         return max(self.stage_end)
 
+    def __repr__(self) -> str:
+        """One line: stages, makespan and the number of ops, not the ops themselves."""
+        return (
+            f"PipelineRun(stages={len(self.stage_end)}, makespan={self.makespan:.6g}, "
+            f"intervals={len(self.intervals)}, extrapolated={self.extrapolated})"
+        )
+
 
 Op = tuple[str, int, int]  # (kind, microbatch, chunk)
 

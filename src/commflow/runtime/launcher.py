@@ -86,6 +86,15 @@ def parse_hosts(text: str) -> list[Host]:
     return hosts
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, as taskset or a container's
+    cpuset limit it), not all the machine's cores."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # platforms without sched_getaffinity
+        return os.cpu_count() or 1
+
+
 def new_job_id() -> str:
     """A fresh random job id (names the job's shared memory)."""
     return f"run-{secrets.token_hex(8)}"
@@ -140,10 +149,12 @@ def rank_specs(
     master_addr: str,
     master_port: int,
     hosts: Sequence[Host] | None = None,
+    module: bool = False,
 ) -> list[RankSpec]:
     """The command line and environment of every rank.
 
-    A ``.py`` file as the first word runs with this Python. Ranks fill ``hosts`` in order
+    A ``.py`` file as the first word runs with this Python; with ``module`` the first word is
+    a module that runs as ``python -m MODULE``. Ranks fill ``hosts`` in order
     (``None``: all on this host). Raises ``CommflowError`` on an empty command, ``nprocs < 1``
     or when the hosts' slots do not add up to ``nprocs``.
     """
@@ -151,7 +162,12 @@ def rank_specs(
         raise CommflowError("no command to run: give one after the options, e.g. `-- train.py`")
     if nprocs < 1:
         raise CommflowError(f"cannot start {nprocs} ranks: give -n 1 or more")
-    argv = (sys.executable, *command) if command[0].endswith(".py") else tuple(command)
+    if module:
+        argv: tuple[str, ...] = (sys.executable, "-m", *command)
+    elif command[0].endswith(".py"):
+        argv = (sys.executable, *command)
+    else:
+        argv = tuple(command)
     placement = [(None, nprocs)] if hosts is None else [(h, h.slots) for h in hosts]
     if sum(slots for _, slots in placement) != nprocs:
         raise CommflowError(
@@ -204,8 +220,14 @@ def launch(
     grace: float = GRACE,
     stdout: BinaryIO | None = None,
     stderr: BinaryIO | None = None,
+    module: bool = False,
 ) -> int:
     """Run ``command`` as ``nprocs`` ranks and return the job's exit status.
+
+    ``command`` is a program and its arguments (a ``.py`` file runs with this Python), or
+    with ``module`` a Python module and its arguments (``python -m``). ``OMP_NUM_THREADS`` is
+    1 unless this process's environment or ``env`` sets it (as torchrun does: N ranks of
+    OpenMP/torch code would otherwise each start a thread per core).
 
     Every rank gets ``COMMFLOW_RANK``, ``COMMFLOW_WORLD_SIZE``, ``COMMFLOW_LOCAL_RANK``,
     ``COMMFLOW_LOCAL_SIZE``, ``COMMFLOW_JOB`` (``job``, default a fresh random id) and torchrun's
@@ -246,8 +268,9 @@ def launch(
         master_addr=master_addr,
         master_port=free_port(),
         hosts=hosts or None,
+        module=module,
     )
-    base = {"PYTHONUNBUFFERED": "1", **os.environ, **(env or {})}
+    base = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **os.environ, **(env or {})}
     runner = Supervisor(
         stdout=sys.stdout.buffer if stdout is None else stdout,
         stderr=sys.stderr.buffer if stderr is None else stderr,

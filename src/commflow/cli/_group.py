@@ -1,0 +1,42 @@
+"""The command groups of ``commflow``: ``-h`` for help everywhere, and an unknown command
+answered with the closest known ones."""
+
+from __future__ import annotations
+
+from difflib import get_close_matches
+
+import typer
+from typer.core import TyperGroup
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+"""Context settings of every group (commands inherit them): ``-h`` is ``--help``."""
+
+NCCL_TESTS_FLAG = "--nccl-tests"
+"""``commflow bench --nccl-tests ...`` runs the ``nccl-tests`` command (its own flags)."""
+
+
+def suggest(name: str, known: list[str]) -> list[str]:
+    """Known commands close to ``name``: those it starts with or that start with it
+    (``simulate`` -> ``sim``), then the closest spellings (``bnech`` -> ``bench``)."""
+    prefixes = [k for k in known if name.startswith(k) or k.startswith(name)]
+    close = get_close_matches(name, known, n=3, cutoff=0.5)
+    return list(dict.fromkeys(prefixes + close))[:3]
+
+
+class CommflowGroup(TyperGroup):
+    """A typer group whose unknown commands raise a one-line usage error with suggestions,
+    and which hands ``bench ... --nccl-tests ...`` to the ``nccl-tests`` command."""
+
+    def resolve_command(
+        self, ctx: typer.Context, args: list[str]
+    ) -> tuple[str | None, object, list[str]]:
+        name = args[0] if args else ""
+        if name == "bench" and NCCL_TESTS_FLAG in args[1:]:
+            rest = [a for a in args[1:] if a != NCCL_TESTS_FLAG]
+            return name, self.get_command(ctx, "nccl-tests"), rest
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            known = [c for c in self.list_commands(ctx) if not self.get_command(ctx, c).hidden]
+            close = suggest(name, known)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            ctx.fail(f"no command {name!r}{hint}")
+        return super().resolve_command(ctx, args)

@@ -181,3 +181,14 @@ def test_switches_that_aggregate_let_data_parallel_use_ina():
     ring = evaluate("gpt3-6.7b", "dgx-a100x8", plan)
     ina = evaluate("gpt3-6.7b", "dgx-a100x8", plan, in_network=True)
     assert ina.breakdown["dp"] < 0.65 * ring.breakdown["dp"]
+
+
+def test_pipelined_tp_exposes_one_step_of_each_collective_per_pass():
+    base = dict(tp=8, pp=8, dp=1, mb=1, global_batch=64, sp=True, recompute="selective")
+    plain = evaluate("gpt3-175b", "dgx-a100x8", Plan(**base))
+    piped = evaluate("gpt3-175b", "dgx-a100x8", Plan(**base, tp_overlap="pipelined"))
+    # compute outlasts every collective here: each pass exposes 1/tp of its collectives
+    assert piped.breakdown["tp"] == pytest.approx(plain.breakdown["tp"] / 8, rel=1e-12)
+    assert piped.step_time < plain.step_time
+    with pytest.raises(CommflowError, match="tp_overlap must be one of"):
+        Plan(tp_overlap="flux")

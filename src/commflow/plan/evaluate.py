@@ -157,14 +157,30 @@ def _per_microbatch(
     bwd_compute = layers * (lt.backward_input + lt.recompute)
     fwd_gather = max(0.0, gather - fwd_compute) if plan.overlap else gather
     bwd_gather = max(0.0, gather - bwd_compute) if plan.overlap else gather
-    comm = tp + cp + ep
-    forward = fwd_compute + layers * comm + fwd_gather
-    backward = bwd_compute + layers * comm * (passes - 1) + bwd_gather
-    parts = {
-        name: plan.vp * layers * passes * t for name, t in (("tp", tp), ("cp", cp), ("ep", ep))
-    }
+    tp_fwd, tp_bwd = _exposed_tp(tp, plan, lt.forward, lt.backward_input + lt.recompute)
+    forward = fwd_compute + layers * (tp_fwd + cp + ep) + fwd_gather
+    backward = bwd_compute + layers * (tp_bwd + (cp + ep) * (passes - 1)) + bwd_gather
+    parts = {name: plan.vp * layers * passes * t for name, t in (("cp", cp), ("ep", ep))}
+    parts = {"tp": plan.vp * layers * (tp_fwd + tp_bwd), **parts}
     parts["zero3_gather"] = plan.vp * (fwd_gather + bwd_gather)
     return _PerMicrobatch(forward, backward, layers * lt.backward_weight, parts)
+
+
+def _exposed_tp(tp: float, plan: Plan, forward: float, backward: float) -> tuple[float, float]:
+    """Exposed TP/SP seconds per layer in the forward pass and in the backward passes (with
+    recompute's extra forward), ``tp`` being one pass's collectives.
+
+    ``pipelined``: each collective is cut into ``plan.tp`` steps, each overlapped with the
+    GEMM slice that uses (or produces) the previous one, so a pass exposes its first step
+    (``tp / plan.tp``) and whatever communication outlasts the pass's compute.
+    """
+    passes = 3 if plan.recompute == "full" else 2
+    if plan.tp_overlap == "none" or tp <= 0:
+        return tp, tp * (passes - 1)
+    first = tp / plan.tp
+    fwd = max(first, tp - forward)
+    bwd = max(first * (passes - 1), tp * (passes - 1) - backward)
+    return fwd, bwd
 
 
 def evaluate(

@@ -11,6 +11,7 @@ from commflow.plan.models import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+TP_OVERLAPS = ("none", "pipelined")
 DP_SCHEDULES = ("ddp", "fifo", "horovod", "priority", "p3", "bytescheduler", "pace")
 """Policies of :mod:`commflow.sched` that finish the gradient reduction before the optimizer
 step (the ones :func:`commflow.sched.drain` takes)."""
@@ -48,6 +49,10 @@ class Plan:
     """Overlap gradient reduction / parameter gathering with backward / forward compute."""
     precision: str = "bf16"
     """Training precision: ``bf16``, ``fp16`` or ``fp8``."""
+    tp_overlap: str = "none"
+    """TP/SP collectives against the layer's GEMMs: ``none`` (exposed, Megatron 2021) or
+    ``pipelined`` (decomposed into ``tp`` steps each hidden behind a GEMM slice: collective
+    matmul, Megatron-Core's TP comm overlap, Flux, Centauri)."""
     dp_sched: str = "ddp"
     """How the overlapped gradient reduction is scheduled (:mod:`commflow.sched`): ``ddp``
     (25 MiB buckets), ``fifo``, ``horovod``, ``priority``, ``p3``, ``bytescheduler`` or
@@ -70,6 +75,10 @@ class Plan:
             raise CommflowError("plan: vp > 1 needs schedule=interleaved")
         if self.dp % self.ep:
             raise CommflowError(f"plan: ep {self.ep} must divide dp {self.dp}")
+        if self.tp_overlap not in TP_OVERLAPS:
+            raise CommflowError(
+                f"plan: tp_overlap must be one of {', '.join(TP_OVERLAPS)}, got "
+                f"{self.tp_overlap!r}")
         if self.dp_sched not in DP_SCHEDULES:
             raise CommflowError(
                 f"plan: dp_sched must be one of {', '.join(DP_SCHEDULES)}, got {self.dp_sched!r}")

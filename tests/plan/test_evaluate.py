@@ -192,3 +192,24 @@ def test_pipelined_tp_exposes_one_step_of_each_collective_per_pass():
     assert piped.step_time < plain.step_time
     with pytest.raises(CommflowError, match="tp_overlap must be one of"):
         Plan(tp_overlap="flux")
+
+
+def test_compressed_gradients_shrink_the_data_parallel_bytes():
+    from commflow.compress import Codec, wire_fraction
+    from commflow.plan.comm import cluster_links, collective_time
+    from commflow.plan.evaluate import resolve_cluster
+    from commflow.plan.memory import stage_params
+    from commflow.plan.models import get_model
+
+    assert wire_fraction("int8", 4) == Codec(name="int8").encoded_bytes(256) / 1024 == 260 / 1024
+    assert wire_fraction("fp16", 2) == 1.0 and wire_fraction("none") == 1.0
+    spec, links = get_model("gpt3-6.7b"), cluster_links(resolve_cluster("dgx-a100x8"))
+    base = dict(tp=8, dp=8, mb=1, global_batch=64, overlap=False)
+    grads = stage_params(spec, Plan(**base)) * 2
+    for codec in ("none", "int8", "int4"):
+        result = evaluate("gpt3-6.7b", "dgx-a100x8", Plan(**base, dp_codec=codec))
+        wire = grads * wire_fraction(codec, 2)
+        assert result.breakdown["dp"] == pytest.approx(
+            collective_time("allreduce", wire, 8, 8, links), rel=1e-9)
+    with pytest.raises(CommflowError, match="dp_codec must be one of"):
+        Plan(dp_codec="int2")

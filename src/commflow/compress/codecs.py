@@ -43,6 +43,17 @@ class Codec:
         return nblocks * (4 + per)
 
 
+def wire_fraction(codec: str, element_bytes: float = 4.0) -> float:
+    """Bytes ``codec`` puts on the wire per byte of ``element_bytes``-byte elements, for
+    large arrays (the scale of every block included); ``none``: 1.
+
+    Raises ``CommflowError`` for an unknown codec."""
+    if codec == "none":
+        return 1.0
+    spec = Codec(name=codec)
+    return spec.encoded_bytes(spec.block) / (spec.block * element_bytes)
+
+
 def _blocks(x: np.ndarray, codec: Codec) -> np.ndarray:
     if x.size % codec.block:
         raise CommflowError(f"encode {codec.name}: {x.size} elements is not a multiple of "

@@ -218,14 +218,18 @@ def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterL
     the message cost fitted to the simulated collective at one layer's and at all the
     stage's gradient bytes); without ``plan.overlap`` it all follows backward. ZeRO-1/2's
     all-gather of the updated parameters follows the optimizer step: never hidden here.
+    ``plan.dp_codec`` scales the gradient bytes on the wire
+    (:func:`commflow.compress.wire_fraction`), not the parameters' all-gather.
     """
+    from commflow.compress import wire_fraction
     from commflow.sched import Workload, drain, fitted_cost
 
     stride = plan.tp * plan.cp
-    kind = "allreduce" if plan.zero == 0 else "reducescatter"
-    reduce = collective_time(kind, grads, plan.dp, stride, links)
     gather = collective_time("allgather", grads, plan.dp, stride, links) if 0 < plan.zero < 3 \
         else 0.0
+    grads *= wire_fraction(plan.dp_codec, PRECISION_BYTES[plan.precision])
+    kind = "allreduce" if plan.zero == 0 else "reducescatter"
+    reduce = collective_time(kind, grads, plan.dp, stride, links)
     if not plan.overlap or reduce <= 0:
         return reduce + gather
     layers = spec.layers // plan.pp

@@ -12,6 +12,7 @@ from commflow.plan.models import TransformerSpec
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 TP_OVERLAPS = ("none", "pipelined")
+DP_CODECS = ("none", "fp16", "bf16", "int8", "int4")
 DP_SCHEDULES = ("ddp", "fifo", "horovod", "priority", "p3", "bytescheduler", "pace")
 """Policies of :mod:`commflow.sched` that finish the gradient reduction before the optimizer
 step (the ones :func:`commflow.sched.drain` takes)."""
@@ -53,6 +54,9 @@ class Plan:
     """TP/SP collectives against the layer's GEMMs: ``none`` (exposed, Megatron 2021) or
     ``pipelined`` (decomposed into ``tp`` steps each hidden behind a GEMM slice: collective
     matmul, Megatron-Core's TP comm overlap, Flux, Centauri)."""
+    dp_codec: str = "none"
+    """Gradient compression of the data-parallel reduction (:mod:`commflow.compress`):
+    ``none``, ``fp16``, ``bf16``, ``int8`` or ``int4`` (block-quantized, scales included)."""
     dp_sched: str = "ddp"
     """How the overlapped gradient reduction is scheduled (:mod:`commflow.sched`): ``ddp``
     (25 MiB buckets), ``fifo``, ``horovod``, ``priority``, ``p3``, ``bytescheduler`` or
@@ -79,6 +83,9 @@ class Plan:
             raise CommflowError(
                 f"plan: tp_overlap must be one of {', '.join(TP_OVERLAPS)}, got "
                 f"{self.tp_overlap!r}")
+        if self.dp_codec not in DP_CODECS:
+            raise CommflowError(
+                f"plan: dp_codec must be one of {', '.join(DP_CODECS)}, got {self.dp_codec!r}")
         if self.dp_sched not in DP_SCHEDULES:
             raise CommflowError(
                 f"plan: dp_sched must be one of {', '.join(DP_SCHEDULES)}, got {self.dp_sched!r}")

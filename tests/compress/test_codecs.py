@@ -67,3 +67,30 @@ def test_rejections():
         encode(np.zeros(10, np.float32), Codec(block=4))
     with pytest.raises(CommflowError, match="expected"):
         decode(np.zeros(5, np.uint8), 4, Codec(block=4))
+
+
+def _numpy_encode(x, codec):
+    """The wire format stated in numpy: float32 scale, then rint(x / scale) per block."""
+    qmax = {"int8": 127, "int4": 7}[codec.name]
+    blocks = x.reshape(-1, codec.block)
+    s = (np.abs(blocks).max(axis=1) / np.float32(qmax)).astype(np.float32)
+    q = np.rint(blocks / np.where(s > 0, s, np.float32(1))[:, None]).astype(np.int8)
+    if codec.name == "int4":
+        u = (q + 8).astype(np.uint8)
+        q = (u[:, 0::2] | (u[:, 1::2] << 4)).view(np.int8)
+    return np.concatenate([s.view(np.uint8).reshape(-1, 4), q.view(np.uint8)], axis=1).ravel()
+
+
+@pytest.mark.parametrize("name", ["int8", "int4"])
+@pytest.mark.parametrize("block", [2, 64, 256])
+def test_compiled_kernels_write_the_stated_format(name, block):
+    rng = np.random.default_rng(block)
+    x = (rng.standard_normal(block * 37) * rng.choice([1e-3, 1.0, 1e3], block * 37)).astype(
+        np.float32)
+    x[:block] = 0  # an all-zero block
+    codec = Codec(name=name, block=block)
+    wire = encode(x, codec)
+    np.testing.assert_array_equal(wire, _numpy_encode(x, codec))
+    total = np.ones(x.size, np.float32)
+    decode(wire, x.size, codec, add_to=total)
+    np.testing.assert_array_equal(total, np.float32(1) + decode(wire, x.size, codec))

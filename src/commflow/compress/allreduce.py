@@ -59,7 +59,7 @@ def quantized_allreduce(comm, x: np.ndarray, *, codec: Codec = Codec(),
     got = comm.alltoall(wire)
     reduced = np.zeros(shard, np.float32)
     for part in np.split(got, size):
-        reduced += decode(part, shard, codec)
+        decode(part, shard, codec, add_to=reduced)
     gathered = comm.allgather(encode(reduced, codec))
     out = np.concatenate([decode(p, shard, codec) for p in np.split(gathered, size)])[:n]
     b = codec.encoded_bytes(shard)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from commflow.compress import kernels
 from commflow.errors import CommflowError
 
 CODECS = ("fp16", "bf16", "int8", "int4")
@@ -74,35 +75,29 @@ def encode(x: np.ndarray, codec: Codec) -> np.ndarray:
         return x.astype(np.float16).view(np.uint8)
     if codec.name == "bf16":
         return x.astype(ml_dtypes.bfloat16).view(np.uint8)
-    s = scales(x, codec)
-    safe = np.where(s > 0, s, np.float32(1))
-    q = np.rint(_blocks(x, codec) / safe[:, None]).astype(np.int8)
-    if codec.name == "int4":
-        u = (q + 8).astype(np.uint8)
-        q = (u[:, 0::2] | (u[:, 1::2] << 4)).view(np.int8)
-    return np.concatenate([s.view(np.uint8).reshape(-1, 4), q.view(np.uint8)], axis=1).reshape(-1)
+    _blocks(x, codec)
+    out = np.empty(codec.encoded_bytes(x.size), np.uint8)
+    kernels.encode_blocks(x, codec.block, _QMAX[codec.name], out)
+    return out
 
 
-def decode(buf: np.ndarray, n: int, codec: Codec) -> np.ndarray:
-    """Decode ``n`` float32 elements from bytes made by :func:`encode`."""
+def decode(buf: np.ndarray, n: int, codec: Codec, *, add_to: np.ndarray | None = None
+           ) -> np.ndarray:
+    """Decode ``n`` float32 elements from bytes made by :func:`encode`; with ``add_to`` (a
+    float32 array of ``n``), add them to it in place and return it."""
     if buf.size != codec.encoded_bytes(n):
         raise CommflowError(f"decode {codec.name}: {buf.size} bytes, expected "
                             f"{codec.encoded_bytes(n)} for {n} elements")
-    if codec.name == "fp16":
-        return buf.view(np.float16).astype(np.float32)
-    if codec.name == "bf16":
-        return buf.view(ml_dtypes.bfloat16).astype(np.float32)
-    rows = buf.reshape(n // codec.block, -1)
-    s = np.ascontiguousarray(rows[:, :4]).view(np.float32)
-    q = np.ascontiguousarray(rows[:, 4:])
-    if codec.name == "int4":
-        v = np.empty((q.shape[0], codec.block), np.int8)
-        v[:, 0::2] = (q & 0x0F).astype(np.int8) - 8
-        v[:, 1::2] = (q >> 4).astype(np.int8) - 8
-        q = v
-    else:
-        q = q.view(np.int8)
-    return (q.astype(np.float32) * s).reshape(-1)
+    if codec.name in ("fp16", "bf16"):
+        values = buf.view(np.float16 if codec.name == "fp16" else ml_dtypes.bfloat16)
+        if add_to is None:
+            return values.astype(np.float32)
+        add_to += values
+        return add_to
+    out = np.empty(n, np.float32) if add_to is None else add_to
+    kernels.decode_blocks(np.ascontiguousarray(buf), codec.block, _QMAX[codec.name], out,
+                          add_to is not None)
+    return out
 
 
 class ErrorFeedback:

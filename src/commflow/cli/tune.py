@@ -11,6 +11,7 @@ from rich.markup import escape
 from commflow.cli._output import Model, echo_json, err, number, out, table
 from commflow.errors import CommflowError
 from commflow.topology import load
+from commflow.tuning_table import TuningTable, load_table
 from commflow.units import format_size, parse_size, size_range
 
 _LARGEST = 2**63 - 1
@@ -20,7 +21,11 @@ def tune(
     collectives: str = typer.Argument(
         "allreduce", help="Collective(s), comma-separated: allreduce,allgather,..."
     ),
-    topo: str = typer.Option(..., "--topo", "-t", help="Topology: preset name or file."),
+    topo: str = typer.Option(
+        None, "--topo", "-t", help="Topology: preset name or file (offline tuning)."),
+    live: int = typer.Option(
+        None, "--live", help="Measure instead: tune a live shared-memory world of N ranks."),
+    budget: float = typer.Option(60.0, "--budget", help="With --live: seconds to spend."),
     begin: str = typer.Option("1K", "-b", "--minbytes", help="Smallest size tuned."),
     end: str = typer.Option("4G", "-e", "--maxbytes", help="Largest size tuned."),
     factor: int = typer.Option(4, "-f", "--stepfactor", help="Size multiplier between sizes."),
@@ -34,7 +39,10 @@ def tune(
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
 ) -> None:
     """Rank every registered algorithm on a topology by the simulator at sizes -b to -e and
-    keep the fastest per size range (offline tuning).
+    keep the fastest per size range (offline tuning); with --live N, measure them on a live
+    world of N ranks instead (successive halving within --budget seconds; load the table
+    with COMMFLOW_TUNING_TABLE=FILE or commflow.runtime.use_tuning_table and `auto` follows
+    it).
 
     A rule covers the sizes above the previous rule's up to its own (inclusive); the first
     starts at 0 bytes and the last covers every larger size. time(us) is the winner's
@@ -46,16 +54,18 @@ def tune(
 
       commflow tune allreduce --topo dgx1
       commflow tune allreduce,allgather --topo dgx-a100x2 -o table.json --nccl-csv nccl.csv
+      commflow tune allreduce --live 2 -b 1K -e 16M -f 16 --budget 30 -o live.json
     """
     from commflow.tune import offline_table
 
-    topology = load(topo)
     sizes = size_range(parse_size(begin), parse_size(end), factor)
     names = [c.strip() for c in collectives.split(",") if c.strip()]
     if not names:
         raise CommflowError("commflow tune: name at least one collective")
-    model = model.value
-    result = offline_table(names, topology, sizes, model=model)
+    if (topo is None) == (live is None):
+        raise CommflowError("commflow tune: give --topo (offline) or --live N (measured)")
+    result = (_live_table(live, sizes, names, budget) if live is not None else
+              offline_table(names, load(topo), sizes, model=model.value))
     if output is not None:
         result.save(output)
     if nccl_csv is not None:
@@ -66,7 +76,7 @@ def tune(
     if as_json:
         echo_json(json.loads(result.to_json()))
         return
-    out.print(f"# {escape(topology.name)} ({topology.nranks} ranks), model {escape(model)}, "
+    out.print(f"# {escape(result.topology)}, model {escape(result.model)}, "
               f"{len(sizes)} sizes {format_size(sizes[0])}..{format_size(sizes[-1])}")
     rows = table("collective", "above", "up to", "algo", "time(us)")
     for rule in result.rules:
@@ -77,6 +87,22 @@ def tune(
     for path in (output, nccl_csv):
         if path is not None:
             err.print(f"wrote {escape(str(path))}")
+
+
+def _live_table(nranks: int, sizes: list[int], names: list[str],
+                budget: float) -> TuningTable:
+    """Run :mod:`commflow.tune.live_rank` on a live world of ``nranks``; read its table."""
+    import tempfile
+
+    from commflow.runtime.launcher import launch
+    with tempfile.TemporaryDirectory(prefix="commflow-tune-") as tmp:
+        path = Path(tmp) / "table.json"
+        status = launch(["commflow.tune.live_rank", str(path), ",".join(map(str, sizes)),
+                         ",".join(names), str(budget)], nranks, module=True,
+                        timeout=budget * 3 + 60)
+        if status != 0:
+            raise CommflowError(f"commflow tune --live: the ranks failed (exit {status})")
+        return load_table(path)
 
 
 def calibrate(

@@ -16,6 +16,7 @@ from commflow.runtime.errors import (
 from commflow.runtime.init import DEFAULT_TIMEOUT, init
 from commflow.runtime.ops import OPS, dtype_of
 from commflow.runtime.programs import names as algorithm_names
+from commflow.runtime.programs import use_tuning_table
 from commflow.runtime.world import WorldSpec, detect_world
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "detect_world",
     "dtype_of",
     "init",
+    "use_tuning_table",
 ]

@@ -1,16 +1,19 @@
 """Choosing and caching the programs the runtime executes.
 
-``algo="auto"`` picks the shared-memory fast path where it applies, else by collective and
-message size (latency-bound sizes get log-step or one-shot algorithms, bandwidth-bound sizes
-the ring); any registered algorithm can be named, or a :class:`~commflow.ir.Program` passed
-(one of your own, or from :func:`commflow.synth.synthesize`): :func:`adopt` checks it against
-the call and gives it a name. Programs are generated (or adopted), verified once, and their
+``algo="auto"`` follows a loaded tuning table where it has a rule (:func:`use_tuning_table`,
+``COMMFLOW_TUNING_TABLE``; :func:`commflow.tune.tune_live` measures one), else picks the
+shared-memory fast path where it applies, else by collective and message size
+(latency-bound sizes get log-step or one-shot algorithms, bandwidth-bound sizes the ring);
+any registered algorithm can be named, or a :class:`~commflow.ir.Program` passed (one of
+your own, or from :func:`commflow.synth.synthesize`): :func:`adopt` checks it against the
+call and gives it a name. Programs are generated (or adopted), verified once, and their
 per-rank plans cached per buffer size.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import weakref
 from functools import lru_cache
 
@@ -22,6 +25,7 @@ from commflow.errors import AlgorithmError
 from commflow.ir import Program, element_trace, to_json, verify
 from commflow.runtime import fastpath
 from commflow.runtime.plan import RankPlan, plan_rank
+from commflow.tuning_table import TuningTable, load_table
 
 PROGRAM_SUFFIX = ".json"
 """An algorithm given by name that ends with this suffix is a program file (tools that take
@@ -42,15 +46,44 @@ _AUTO = {
 }
 
 
+TABLE_ENV = "COMMFLOW_TUNING_TABLE"
+"""Environment variable naming a tuning table (JSON) that ``auto`` follows."""
+_table: list[TuningTable | None] = []
+
+
+def use_tuning_table(table: TuningTable | str | os.PathLike | None) -> None:
+    """Make ``auto`` follow ``table`` (a table or its JSON file; ``None``: none) in this
+    process. Every rank must use the same table: ranks that pick different algorithms fail
+    the wire protocol's signature check. Without a call, ``auto`` loads the file named by
+    ``COMMFLOW_TUNING_TABLE`` on first use. Raises ``CommflowError`` for a malformed file."""
+    if isinstance(table, str | os.PathLike):
+        table = load_table(table)
+    _table[:] = [table]
+
+
+def _active_table() -> TuningTable | None:
+    if not _table:
+        path = os.environ.get(TABLE_ENV)
+        _table.append(load_table(path) if path else None)
+    return _table[0]
+
+
 def choose(
     collective: Collective, nranks: int, nbytes: int, algo: str, *, fast_path: bool = False
 ) -> str:
-    """The algorithm to run: ``algo`` itself unless it is ``"auto"``; then the shared-memory
-    fast path where it applies (``fast_path``: one host, world communicator; it was fastest
-    or level at every size in ``commflow bench --algo all``, see docs/benchmarks.md), else a
-    log-step algorithm below :data:`SMALL` bytes and a bandwidth-optimal one above."""
+    """The algorithm to run: ``algo`` itself unless it is ``"auto"``; then the tuning table's
+    rule for the collective, rank count and size when one is loaded and covers it
+    (:func:`use_tuning_table`; a fast-path rule only where the fast path applies); else the
+    shared-memory fast path where it applies (``fast_path``: one host, world communicator; it
+    was fastest or level at every size in ``commflow bench --algo all``, see
+    docs/benchmarks.md), else a log-step algorithm below :data:`SMALL` bytes and a
+    bandwidth-optimal one above."""
     if algo != "auto":
         return algo
+    table = _active_table()
+    tuned = None if table is None else table.lookup(collective, nranks, nbytes)
+    if tuned is not None and (tuned != fastpath.NAME or fast_path):
+        return tuned
     if fast_path and collective in fastpath.COLLECTIVES:
         return fastpath.NAME
     small, large = _AUTO[collective]

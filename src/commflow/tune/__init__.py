@@ -9,6 +9,8 @@ this package ranks them by the simulator and picks:
 - :func:`rank`: every candidate's simulated time at one size, fastest first.
 - :func:`offline_table`: the fastest registered algorithm per size range, as a
   :class:`~commflow.tuning_table.TuningTable` (JSON, NCCL tuner CSV) for ``commflow tune``.
+- :func:`tune_live`: the fastest algorithm per size range measured on a live communicator
+  (successive halving, every rank agreeing), as a table ``auto`` follows.
 - :func:`calibrate`: the live transport's latency and bandwidths fitted to measured runs
   (``commflow bench --json``), with the simulator's error on each (``commflow calibrate``).
 """
@@ -25,6 +27,7 @@ from commflow.tune.fastest import (
     message_depth,
 )
 from commflow.tune.offline import Ranked, offline_table, rank, registered
+from commflow.tune.online import live_fingerprint, tune_live
 
 __all__ = [
     "Calibration",
@@ -42,5 +45,7 @@ __all__ = [
     "message_depth",
     "offline_table",
     "rank",
+    "live_fingerprint",
     "registered",
+    "tune_live",
 ]

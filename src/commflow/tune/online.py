@@ -1,0 +1,139 @@
+"""Online tuning on a live communicator: which algorithm is fastest at each size, measured.
+
+For each collective and size, every algorithm the runtime can run on this communicator is
+timed by successive halving (Jamieson and Talwalkar 2016): each round times the surviving
+candidates ``iters`` times (every call after a barrier; a call's time is the slowest rank's,
+so every rank sees the same numbers and keeps the same half), then the number of calls
+doubles, until one is left or the time budget is spent (then the fastest so far wins). Runs
+of sizes with the same winner become one rule of a :class:`~commflow.tuning_table.TuningTable`
+(``model="live"``, keyed by :func:`live_fingerprint`), which ``auto`` follows once loaded
+(:func:`commflow.runtime.use_tuning_table`, or ``COMMFLOW_TUNING_TABLE``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from commflow.collectives import Collective, parse_collective
+from commflow.errors import AlgorithmError, CommflowError
+from commflow.tuning_table import Rule, TuningTable
+
+COLLECTIVES = (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER)
+"""Collectives tuned by default."""
+
+
+def live_fingerprint(comm) -> str:
+    """What a live table is keyed by: the rank count and ranks per host of ``comm``."""
+    return f"live:{comm.size}ranks:{getattr(comm, 'local_size', comm.size)}perhost"
+
+
+def candidates(comm, collective: Collective) -> list[str]:
+    """The algorithms the runtime can run for ``collective`` on ``comm``'s ranks (those that
+    do not apply to its rank count left out)."""
+    from commflow import algorithms
+    from commflow.runtime import programs
+
+    found = []
+    for name in programs.names(collective):
+        if name == "auto":
+            continue
+        if name != programs.fastpath.NAME:
+            try:
+                algorithms.build(collective, name, comm.size)
+            except AlgorithmError:
+                continue
+        found.append(name)
+    return found
+
+
+def _call(comm, collective: Collective, x: np.ndarray, algo: str) -> None:
+    if collective is Collective.ALLREDUCE:
+        comm.allreduce(x, algo=algo)
+    elif collective is Collective.ALLGATHER:
+        comm.allgather(x, algo=algo)
+    elif collective is Collective.REDUCESCATTER:
+        comm.reduce_scatter(x, algo=algo)
+    else:
+        raise CommflowError(f"online tuning covers allreduce, allgather and reducescatter, not "
+                            f"{collective.value}")
+
+
+def _time(comm, collective: Collective, x: np.ndarray, algo: str, iters: int) -> float:
+    """Median over ``iters`` calls of the slowest rank's seconds."""
+    times = np.empty(iters)
+    for i in range(iters):
+        comm.barrier()
+        start = time.perf_counter()
+        _call(comm, collective, x, algo)
+        times[i] = time.perf_counter() - start
+    slowest = comm.allreduce(times, op="max")
+    return float(np.median(slowest))
+
+
+def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
+          iters: int = 3, deadline: float = float("inf")) -> tuple[str, float]:
+    """The fastest of ``names`` for a ``size``-byte ``collective`` (nccl-tests convention)
+    by successive halving, and its median seconds. Every rank returns the same."""
+    elements = max(1, size // 4)
+    n = comm.size
+    count = {Collective.ALLREDUCE: elements, Collective.ALLGATHER: max(1, elements // n),
+             Collective.REDUCESCATTER: max(1, elements // n) * n}.get(collective, elements)
+    x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
+    alive, rounds = list(names), iters
+    timed = {name: _time(comm, collective, x, name, 1) for name in alive}  # warm-up
+    while len(alive) > 1:
+        timed = {name: _time(comm, collective, x, name, rounds) for name in alive}
+        alive = sorted(alive, key=lambda n: (timed[n], n))[: max(1, len(alive) // 2)]
+        rounds *= 2
+        over = comm.allreduce(np.array([float(time.monotonic() > deadline)]), op="max")[0]
+        if over:
+            break
+    best = min(alive, key=lambda n: (timed[n], n))
+    return best, timed[best]
+
+
+def tune_live(comm, sizes: Sequence[int], *,
+              collectives: Sequence[Collective | str] = COLLECTIVES,
+              budget: float = 60.0, iters: int = 3) -> TuningTable:
+    """Measure the fastest algorithm for each of ``collectives`` at each of ``sizes`` (bytes,
+    increasing) on ``comm`` within about ``budget`` seconds; every rank returns the same
+    table. Rules cover from just above the previous tuned size's rule to their own size; the
+    first starts at 0 bytes, the last covers every larger size.
+
+    Raises ``CommflowError`` for no sizes, unsorted sizes or a collective it cannot time.
+    """
+    sizes = [int(s) for s in sizes]
+    if not sizes or sizes != sorted(set(sizes)) or sizes[0] < 1:
+        raise CommflowError(f"online tuning needs increasing sizes >= 1 byte, got {sizes}")
+    kinds = [parse_collective(c) for c in collectives]
+    deadline = time.monotonic() + budget
+    per_case = budget / (len(kinds) * len(sizes))
+    rules: list[Rule] = []
+    for kind in kinds:
+        names = candidates(comm, kind)
+        winners = []
+        for size in sizes:
+            case_deadline = min(deadline, time.monotonic() + per_case)
+            winners.append(halve(comm, kind, size, names, iters=iters, deadline=case_deadline))
+        rules += _rules(kind, comm.size, sizes, winners)
+    return TuningTable(fingerprint=live_fingerprint(comm), topology=f"live {comm.size} ranks",
+                       model="live", rules=tuple(rules))
+
+
+def _rules(kind: Collective, nranks: int, sizes: list[int],
+           winners: list[tuple[str, float]]) -> list[Rule]:
+    rules: list[Rule] = []
+    low = 0
+    for j, (size, (algo, seconds)) in enumerate(zip(sizes, winners, strict=True)):
+        last = j == len(sizes) - 1
+        if not last and winners[j + 1][0] == algo:
+            continue
+        rules.append(Rule(collective=kind, nranks=nranks, min_bytes=low,
+                          max_bytes=2**63 - 1 if last else size, algo=algo,
+                          time_us=seconds * 1e6))
+        low = size + 1
+    return rules
+

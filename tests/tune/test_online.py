@@ -1,0 +1,89 @@
+"""Online tuning on a live 2-rank world: every rank gets the same table, its rules are the
+measured winners, and ``auto`` follows a loaded table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from commflow.collectives import Collective
+from commflow.errors import CommflowError
+from commflow.runtime import programs
+from commflow.tuning_table import Rule, TuningTable, from_json
+from tests.runtime.harness import run_world
+
+SIZES = [1024, 1 << 20]
+
+
+def _tune(comm):
+    from commflow.tune import tune_live
+    from commflow.tune.online import candidates, halve
+
+    table = tune_live(comm, SIZES, collectives=["allreduce", "allgather"], budget=20.0)
+    names = candidates(comm, Collective.ALLREDUCE)
+    best, seconds = halve(comm, Collective.ALLREDUCE, 4096, names[:2], iters=1)
+    with pytest.raises(CommflowError, match="increasing sizes"):
+        tune_live(comm, [4096, 1024])
+    return table.to_json(), names, (best, seconds)
+
+
+def test_every_rank_gets_the_same_table_of_measured_winners():
+    results = run_world(_tune, 2, timeout=120.0)
+    texts = {text for text, _, _ in results}
+    assert len(texts) == 1
+    table = from_json(texts.pop())
+    assert table.model == "live" and table.fingerprint.startswith("live:2ranks")
+    names = results[0][1]
+    assert "ring" in names and "ina" not in names
+    for coll in (Collective.ALLREDUCE, Collective.ALLGATHER):
+        rules = [r for r in table.rules if r.collective is coll]
+        assert rules[0].min_bytes == 0 and rules[-1].max_bytes == 2**63 - 1
+        assert all(r.algo in names for r in rules)
+        for size in SIZES:
+            assert table.lookup(coll, 2, size) in names
+    best, seconds = results[0][2]
+    assert best in names[:2] and seconds > 0
+    assert {r[2] for r in results} == {(best, seconds)}
+    json.loads(table.to_json())
+
+
+def test_auto_follows_a_loaded_table():
+    table = TuningTable(fingerprint="live:2ranks:2perhost", topology="t", model="live", rules=(
+        Rule(collective=Collective.ALLREDUCE, nranks=2, min_bytes=0, max_bytes=4096,
+             algo="direct", time_us=1.0),
+        Rule(collective=Collective.ALLREDUCE, nranks=2, min_bytes=4097,
+             max_bytes=2**63 - 1, algo="shm", time_us=1.0),
+    ))
+    try:
+        programs.use_tuning_table(table)
+        assert programs.choose(Collective.ALLREDUCE, 2, 100, "auto") == "direct"
+        assert programs.choose(Collective.ALLREDUCE, 2, 100, "ring") == "ring"
+        # a fast-path rule only where the fast path applies
+        assert programs.choose(Collective.ALLREDUCE, 2, 1 << 20, "auto",
+                               fast_path=True) == "shm"
+        assert programs.choose(Collective.ALLREDUCE, 2, 1 << 20, "auto") == "ring"
+        # no rule for 4 ranks: the built-in choice
+        assert programs.choose(Collective.ALLREDUCE, 4, 100, "auto") == "recursive_doubling"
+    finally:
+        programs.use_tuning_table(None)
+    assert programs.choose(Collective.ALLREDUCE, 2, 100, "auto") == "recursive_doubling"
+
+
+def _follow(comm, path):
+    import numpy as np
+
+    programs.use_tuning_table(path)
+    out = comm.allreduce(np.arange(10, dtype=np.float32))
+    return out.tolist(), programs.choose(Collective.ALLREDUCE, comm.size, 40, "auto")
+
+
+def test_ranks_run_the_tabled_algorithm(tmp_path):
+    path = tmp_path / "table.json"
+    TuningTable(fingerprint="live:2ranks:2perhost", topology="t", model="live", rules=(
+        Rule(collective=Collective.ALLREDUCE, nranks=2, min_bytes=0, max_bytes=2**63 - 1,
+             algo="direct", time_us=1.0),)).save(path)
+    for out, chosen in run_world(_follow, 2, str(path)):
+        assert out == [2.0 * i for i in range(10)]
+        assert chosen == "direct"
+

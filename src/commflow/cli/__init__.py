@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from commflow.cli import algos, cluster, plan, program, run, simulate, synth, topo, tune
+from commflow.cli import algos, cluster, doctor, plan, program, run, simulate, synth, topo, tune
 from commflow.cli._output import err
 from commflow.cli.bench import bench
 from commflow.errors import CommflowError
@@ -38,6 +38,7 @@ app.command("plan")(plan.plan)
 app.command("synth")(synth.synth)
 app.command("tune")(tune.tune)
 app.command("calibrate")(tune.calibrate)
+app.command("doctor")(doctor.doctor)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -61,6 +61,32 @@ def test_rank_that_never_entered_is_named(tmp_path):
                              "ranks 0,1,3 started")
 
 
+def test_rank_that_entered_only_after_a_failure_is_named(tmp_path):
+    for rank in range(4):
+        fr = recorder(tmp_path, rank)
+        play(fr, [AR] * (4 if rank != 2 else 3), last="failed" if rank != 2 else "completed")
+        if rank == 2:  # its watcher heard rank 0's request, then it called the collective
+            fr.failed_peer = 0
+            entry = fr.record(3, "allreduce", F32, MIB4, 4 << 20, reduce="sum", root=None,
+                                 peer=None, algo="ring", started=True)
+            assert entry.late
+            fr.fail_active()
+        fr.dump(fr.default_path())
+    (found,) = diagnose(load_records([tmp_path]))
+    assert (found.kind, found.seq, found.culprits) == ("not_entered", 3, (2,))
+    assert found.message == ("rank 2 never entered collective seq 3 (allreduce, 4 MiB) that "
+                             "ranks 0,1,3 started in time (rank 2 entered it only after rank 0 "
+                             "had failed)")
+
+
+def test_missing_record_comes_with_who_lags(tmp_path):
+    found = world(tmp_path, {0: [AR, AR, AR], 1: [AR, AR, AR], 2: [AR, AR]})
+    assert (found.kind, found.seq, found.culprits) == ("missing_record", 2, (2, 3))
+    assert found.message == ("no record from rank 3 (a process that died before writing one, "
+                             "or a file not given); rank 2 never entered collective seq 2 "
+                             "(allreduce, 4 MiB) that ranks 0,1 started")
+
+
 def test_op_mismatch_names_the_odd_rank(tmp_path):
     histories = {r: [AR, AR] for r in (0, 2, 3)} | {1: [AR, BC]}
     found = world(tmp_path, histories, last="failed")
@@ -109,9 +135,10 @@ def test_ring_keeps_the_last_operations(tmp_path):
     assert (data["recorded"], data["next_seq"], data["capacity"]) == (10, 10, 4)
     entry = data["entries"][-1]
     assert {k: entry[k] for k in ("op", "dtype", "count", "bytes", "reduce", "root", "peer",
-                                  "algorithm", "state")} == {
+                                  "algorithm", "state", "late")} == {
         "op": "allreduce", "dtype": "float32", "count": MIB4, "bytes": 4 << 20,
-        "reduce": "sum", "root": None, "peer": None, "algorithm": "ring", "state": "completed"}
+        "reduce": "sum", "root": None, "peer": None, "algorithm": "ring", "state": "completed",
+        "late": False}
     assert entry["t_scheduled"] <= entry["t_start"] <= entry["t_end"] <= data["dumped_at"]
 
 
@@ -171,10 +198,18 @@ def test_bad_field_is_named(tmp_path):
 def test_the_same_rank_twice_is_refused(tmp_path):
     fr = recorder(tmp_path, 1)
     play(fr, [AR])
-    fr.dump(tmp_path / "a.json")
-    fr.dump(tmp_path / "b.json")
+    fr.dump(tmp_path / "flight-a.json")
+    fr.dump(tmp_path / "flight-b.json")
     with pytest.raises(FlightRecordError, match="both rank 1 of communicator 0"):
         diagnose(load_records([tmp_path]))
+
+
+def test_directory_without_records_is_refused(tmp_path):
+    (tmp_path / "program.json").write_text("{}")
+    with pytest.raises(FlightRecordError, match=r"no flight records \(flight-\*\.json\)"):
+        load_records([tmp_path])
+    with pytest.raises(FlightRecordError, match="no such file or directory"):
+        load_records([tmp_path / "nowhere"])
 
 
 def test_human_bytes():

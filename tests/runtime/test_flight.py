@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -20,40 +20,46 @@ from commflow.runtime import diagnose, load_records
 
 from .harness import run_world
 
-STALL = textwrap.dedent("""
-    import time
-    import numpy as np
-    import commflow
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
 
-    comm = commflow.init()
-    x = np.ones(1 << 20, np.float32)
-    for step in range(4):
-        if comm.rank == 2 and step == 3:
-            time.sleep(30)  # stalls: never enters the fourth allreduce
-        comm.allreduce(x, algo="ring")
-""")
+
+def doc_example(name: str) -> tuple[str, str]:
+    """The script ``name`` of docs/reliability.md and the first line ``commflow doctor``
+    prints for it there."""
+    text = DOC.read_text().split("## Flight recorder and commflow doctor", 1)[1]
+    script = re.search(rf"\(`{re.escape(name)}`\):\n\n```python\n(.*?)```", text, re.S)[1]
+    shown = re.search(rf"run -n 4 {re.escape(name)}\n.*?\$ commflow doctor \S+\n(.*?)\n", text,
+                      re.S)[1]
+    return script, shown
+
+
+def run_doc_example(tmp_path, name: str, timeout: str) -> tuple[subprocess.CompletedProcess,
+                                                                   Path, str]:
+    script, shown = doc_example(name)
+    (tmp_path / name).write_text(script)
+    dumps = tmp_path / "dumps"
+    env = {**os.environ, "COMMFLOW_TIMEOUT": timeout, "COMMFLOW_DUMP_DIR": str(dumps)}
+    job = subprocess.run([sys.executable, "-m", "commflow.cli", "run", "-n", "4",
+                          str(tmp_path / name)], env=env, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert job.returncode == 1, job.stderr
+    assert sorted(p.name for p in dumps.iterdir()) == [f"flight-rank{r}.json" for r in range(4)]
+    return job, dumps, shown
 
 
 def test_stalled_rank_is_named_from_every_ranks_dump(tmp_path):
-    script = tmp_path / "stall.py"
-    script.write_text(STALL)
-    dumps = tmp_path / "dumps"
-    env = {**os.environ, "COMMFLOW_TIMEOUT": "3", "COMMFLOW_DUMP_DIR": str(dumps)}
-    job = subprocess.run([sys.executable, "-m", "commflow.cli", "run", "-n", "4", str(script)],
-                         env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert job.returncode == 1, job.stderr
-    assert sorted(p.name for p in dumps.iterdir()) == [f"flight-rank{r}.json" for r in range(4)]
+    job, dumps, shown = run_doc_example(tmp_path, "stall.py", "3")
     for rank in (0, 1, 3):
         assert f"[flight record: {dumps}/flight-rank{rank}.json; compare every rank's with " \
                f"`commflow doctor {dumps}`]" in job.stderr, job.stderr
     stalled = json.loads((dumps / "flight-rank2.json").read_text())
     assert stalled["trigger"].startswith("requested by rank ")
-    assert [(e["seq"], e["state"]) for e in stalled["entries"]] == [
-        (0, "completed"), (1, "completed"), (2, "completed")]
+    assert [(e["seq"], e["state"], e["late"]) for e in stalled["entries"]] == [
+        (0, "completed", False), (1, "completed", False), (2, "completed", False)]
 
     result = CliRunner().invoke(app, ["doctor", str(dumps)])
     assert result.exit_code == 1, result.output
-    assert result.output.splitlines()[0] == (
+    assert result.output.splitlines()[0] == shown == (
         "FAILED: rank 2 never entered collective seq 3 (allreduce, 4 MiB) that ranks 0,1,3 "
         "started")
     found = json.loads(CliRunner().invoke(app, ["doctor", str(dumps), "--json"]).output)
@@ -61,6 +67,16 @@ def test_stalled_rank_is_named_from_every_ranks_dump(tmp_path):
     states = [r["state"] for r in found[0]["ranks"]]
     assert states[2] == "completed" and "failed" in states, states  # a rank stopped by the
     assert {states[r] for r in (0, 1, 3)} <= {"failed", "started"}  # launcher first: started
+
+
+def test_rank_taking_another_branch_is_named(tmp_path):
+    job, dumps, shown = run_doc_example(tmp_path, "mismatch.py", "20")
+    assert job.stderr.count("CommMismatchError: ") == 4, job.stderr
+    result = CliRunner().invoke(app, ["doctor", str(dumps)])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0] == shown == (
+        "FAILED: ranks disagree on collective seq 2: rank 1 called broadcast, the others "
+        "allreduce")
 
 
 def _mismatch(comm):

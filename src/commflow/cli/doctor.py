@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
-from commflow.cli._output import echo_json, out, table
+from commflow.cli._output import echo_json, out
 from commflow.runtime.doctor import Diagnosis, diagnose, load_records
 
 
@@ -55,13 +54,15 @@ def _last(finding: Diagnosis):
 
 
 def _show(finding: Diagnosis) -> None:
-    out.print(f"{'OK' if finding.ok else 'FAILED'}: {escape(finding.message)}")
-    rows = table("rank", "last seq", "collective", "state", "record", right=("rank", "last seq"))
-    for record, entry in _last(finding):
-        rows.add_row(str(record.rank), str(record.next_seq - 1),
-                     escape(entry.describe()) if entry else "-", entry.state if entry else "-",
-                     escape(str(record.path)))
-    out.print(rows)
+    out.print(f"{'OK' if finding.ok else 'FAILED'}: {finding.message}", markup=False)
+    rows = [("rank", "last seq", "collective", "state", "record")] + [
+        (str(record.rank), str(record.next_seq - 1), entry.describe() if entry else "-",
+         entry.state if entry else "-", str(record.path))
+        for record, entry in _last(finding)]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:  # plain columns: a long path is printed whole, never cut
+        out.print(f"{row[0]:>{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:<{widths[2]}}  "
+                  f"{row[3]:<{widths[3]}}  {row[4]}", markup=False)
 
 
 def _as_json(finding: Diagnosis) -> dict:

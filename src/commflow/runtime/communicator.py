@@ -79,8 +79,8 @@ class _Call:
 class Communicator:
     """A group of ranks that run collectives together. Create with :func:`commflow.init`.
 
-    ``flight`` configures its flight recorder (:mod:`commflow.runtime.flight`; default from
-    ``COMMFLOW_FLIGHT_RECORDER`` and ``COMMFLOW_DUMP_DIR``)."""
+    ``flight_config`` sets up its flight recorder (:mod:`commflow.runtime.flight`; default
+    from ``COMMFLOW_FLIGHT_RECORDER`` and ``COMMFLOW_DUMP_DIR``)."""
 
     def __init__(self, spec: WorldSpec, transport: ShmTransport, *, timeout: float,
                  ranks: list[int] | None = None, comm_id: int = 0,

@@ -6,8 +6,10 @@ compared by sequence number, as PyTorch's flight-recorder analyser does, in this
 
 1. the earliest sequence number that every rank recorded where the ranks called different
    collectives (operation, dtype, bytes, reduction, root, algorithm): ``mismatch``;
-2. the ranks whose last collective is older than the others': ``not_entered``;
-3. ranks of the communicator that left no record: ``missing_record``;
+2. ranks of the communicator that left no record (with what follows, if it applies):
+   ``missing_record``;
+3. the ranks whose last collective is older than the others' (one entered only after another
+   rank failed and asked for dumps counts as not entered): ``not_entered``;
 4. a last collective that every rank entered alike but not every rank completed:
    ``incomplete`` (no rank out of step: a stalled or dead process, or the transport);
 5. otherwise ``consistent``.
@@ -53,6 +55,8 @@ class FlightEntry:
     """Algorithm run (the one asked for while only scheduled)."""
     state: str
     """``scheduled``, ``started``, ``completed`` or ``failed``."""
+    late: bool
+    """Recorded after another rank failed and asked for dumps."""
     t_start: float | None
     """Unix time it started."""
     t_end: float | None
@@ -92,6 +96,8 @@ class FlightRecord:
     """One past the last collective's sequence number."""
     trigger: str
     """Why it was written."""
+    failed_peer: int | None
+    """The global rank whose failure asked for dumps, if one did before this was written."""
     entries: tuple[FlightEntry, ...]
     """The operations kept, oldest first."""
 
@@ -145,7 +151,7 @@ def _field(data: dict, key: str, kinds: tuple[type, ...], where: str, *, optiona
     value = data.get(key)
     if value is None and optional:
         return None
-    if not isinstance(value, kinds) or isinstance(value, bool):
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         expected = " or ".join(k.__name__ for k in kinds)
         raise FlightRecordError(f"{where}.{key}: expected {expected}, got {value!r}")
     return value
@@ -163,7 +169,7 @@ def _entry(data, where: str) -> FlightEntry:
         root=_field(data, "root", (int,), where, optional=True),
         peer=_field(data, "peer", (int,), where, optional=True),
         algorithm=_field(data, "algorithm", (str,), where),
-        state=_field(data, "state", (str,), where),
+        state=_field(data, "state", (str,), where), late=_field(data, "late", (bool,), where),
         t_start=_field(data, "t_start", num, where, optional=True),
         t_end=_field(data, "t_end", num, where, optional=True))
     if entry.kind not in ("collective", "p2p") or entry.state not in STATES or entry.seq < 0:
@@ -198,6 +204,7 @@ def load_record(path: str | Path) -> FlightRecord:
         nranks=_field(data, "nranks", (int,), where),
         next_seq=_field(data, "next_seq", (int,), where),
         trigger=_field(data, "trigger", (str,), where),
+        failed_peer=_field(data, "failed_peer", (int,), where, optional=True),
         entries=tuple(_entry(e, f"{where}: entries[{i}]") for i, e in enumerate(entries)))
     if not 0 <= record.rank < record.nranks:
         raise FlightRecordError(f"{path}: rank {record.rank} outside 0..{record.nranks - 1}")
@@ -205,14 +212,15 @@ def load_record(path: str | Path) -> FlightRecord:
 
 
 def load_records(paths: Iterable[str | Path]) -> list[FlightRecord]:
-    """Read the dumps at ``paths``; a directory stands for its ``*.json`` files. Raises
-    ``FlightRecordError`` when a path does not exist or a directory holds no JSON file."""
+    """Read the dumps at ``paths``; a directory stands for its ``flight-*.json`` files. Raises
+    ``FlightRecordError`` when a path does not exist or a directory holds no record."""
     files: list[Path] = []
     for item in map(Path, paths):
         if item.is_dir():
-            found = sorted(item.glob("*.json"))
+            found = sorted(item.glob("flight-*.json"))
             if not found:
-                raise FlightRecordError(f"{item}: no *.json flight records in this directory")
+                raise FlightRecordError(f"{item}: no flight records (flight-*.json) in this "
+                                        f"directory")
             files += found
         elif item.exists():
             files.append(item)
@@ -247,43 +255,36 @@ def _diagnose(by_rank: dict[int, FlightRecord]) -> Diagnosis:
     colls = {r: rec.collectives for r, rec in by_rank.items()}
     last = {r: rec.next_seq - 1 for r, rec in by_rank.items()}
     missing = [r for r in range(first.nranks) if r not in by_rank]
+    gone = (f"no record from {ranks_text(missing)} (a process that died before writing one, "
+            f"or a file not given)")
 
     def found(kind: str, seq: int | None, culprits: Sequence[int], message: str) -> Diagnosis:
-        if missing and kind != "missing_record":
-            message += f" (no record from {ranks_text(missing)})"
         prefix = "" if first.comm_id == 0 else f"communicator {first.comm_id}: "
         return Diagnosis(job=first.job, comm_id=first.comm_id, nranks=first.nranks, kind=kind,
-                         seq=seq, culprits=tuple(culprits), message=prefix + message,
+                         seq=seq, culprits=tuple(sorted(culprits)), message=prefix + message,
                          records=tuple(by_rank.values()))
 
     low = max((min(c) if c else last[r] + 1) for r, c in colls.items())
     for seq in range(low, min(last.values()) + 1):
         verdict = _compare(seq, {r: colls[r][seq] for r in colls if seq in colls[r]})
         if verdict is not None:
-            return found("mismatch", seq, *verdict)
+            culprits, message = verdict
+            return found("mismatch", seq, culprits, f"{message}; {gone}" if missing else message)
+    lag = _not_entered(by_rank, colls)
     behind = min(last.values())
-    if behind < max(last.values()):
-        seq = behind + 1
-        late = [r for r in by_rank if last[r] == behind]
-        ahead = [r for r in by_rank if last[r] > behind]
-        shown = [colls[r][seq] for r in ahead if seq in colls[r]]
-        what = f" ({shown[0].describe()})" if shown else ""
-        verb = "started" if any(e.state != SCHEDULED for e in shown) else "scheduled"
-        return found("not_entered", seq, late, f"{ranks_text(late)} never entered collective "
-                     f"seq {seq}{what} that {ranks_text(ahead)} {verb}")
-    if behind < 0:
-        if missing:
-            return found("missing_record", None, missing,
-                         f"no record from {ranks_text(missing)}; the others recorded no "
-                         f"collective")
-        return found("consistent", None, (), "no collective recorded; nothing to compare")
-    entry = colls[next(iter(colls))].get(behind)
+    entry = colls[first.rank].get(behind)
     what = f" ({entry.describe()})" if entry else ""
     if missing:
-        return found("missing_record", behind, missing,
-                     f"no record from {ranks_text(missing)} (a process that died before "
-                     f"writing one, or a file not given); {ranks_text(list(by_rank))} agree "
-                     f"up to collective seq {behind}{what}")
+        if lag is not None:
+            return found("missing_record", lag[0], [*missing, *lag[1]], f"{gone}; {lag[2]}")
+        agree = (f"{ranks_text(list(by_rank))} agree up to collective seq {behind}{what}"
+                 if behind >= 0 else "the others recorded no collective")
+        return found("missing_record", None if behind < 0 else behind, missing,
+                     f"{gone}; {agree}")
+    if lag is not None:
+        return found("not_entered", *lag)
+    if behind < 0:
+        return found("consistent", None, (), "no collective recorded; nothing to compare")
     unfinished = {r: colls[r][behind].state for r in colls
                   if behind in colls[r] and colls[r][behind].state != "completed"}
     if unfinished:
@@ -294,6 +295,30 @@ def _diagnose(by_rank: dict[int, FlightRecord]) -> Diagnosis:
                      f"{what} with the same arguments, but it is {states}: no rank fell out of "
                      f"step; look for a stalled, slow or dead process or a transport fault")
     return found("consistent", behind, (), f"all ranks completed seq {behind}; no mismatch")
+
+
+def _not_entered(by_rank: dict[int, FlightRecord], colls: dict[int, dict[int, FlightEntry]]
+                 ) -> tuple[int, list[int], str] | None:
+    """``(seq, ranks, message)`` for the ranks furthest behind, if the ranks are not level. A
+    collective a rank entered only after another rank failed counts as not entered."""
+    in_time = {r: min((e.seq for e in colls[r].values() if e.late), default=rec.next_seq) - 1
+               for r, rec in by_rank.items()}
+    behind = min(in_time.values())
+    if behind == max(in_time.values()):
+        return None
+    seq = behind + 1
+    late = [r for r in by_rank if in_time[r] == behind]
+    ahead = [r for r in by_rank if in_time[r] > behind]
+    shown = [colls[r][seq] for r in ahead if seq in colls[r]]
+    what = f" ({shown[0].describe()})" if shown else ""
+    verb = "started" if any(e.state != SCHEDULED for e in shown) else "scheduled"
+    message = f"{ranks_text(late)} never entered collective seq {seq}{what} that " \
+              f"{ranks_text(ahead)} {verb}"
+    tardy = [r for r in late if seq in colls[r]]
+    if tardy:
+        message += (f" in time ({ranks_text(tardy)} entered it only after rank "
+                    f"{by_rank[tardy[0]].failed_peer} had failed)")
+    return seq, late, message
 
 
 def _compare(seq: int, entries: dict[int, FlightEntry]) -> tuple[list[int], str] | None:

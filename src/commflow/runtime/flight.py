@@ -8,8 +8,9 @@ mismatch, protocol error) the communicator writes its record to
 ``<dump_dir>/flight-rank<R>.json`` (``flight-comm<ID>-rank<R>.json`` for a sub-communicator,
 ``R`` the global rank) and asks the other ranks of its host to write theirs: a
 :class:`DumpWatcher` thread per communicator sleeps on a word in the host's shared memory and
-dumps when it changes, even while its rank is busy outside commflow. ``commflow doctor``
-(:mod:`commflow.runtime.doctor`) reads the files and names the rank that fell out of step.
+dumps when it changes, even while its rank is busy outside commflow; operations recorded after
+that are marked ``late``. ``commflow doctor`` (:mod:`commflow.runtime.doctor`) reads the files
+and names the rank that fell out of step.
 
 The files are JSON (:data:`FORMAT`, version :data:`VERSION`); nothing is pickled.
 """
@@ -81,7 +82,7 @@ class _Record:
     """One slot of the ring, overwritten in place."""
 
     __slots__ = ("seq", "op", "dtype", "count", "nbytes", "reduce", "root", "peer", "algo",
-                 "state", "t_scheduled", "t_start", "t_end")
+                 "state", "late", "t_scheduled", "t_start", "t_end")
 
     def __init__(self) -> None:
         self.seq = -1
@@ -104,6 +105,7 @@ class _Record:
             "peer": self.peer,
             "algorithm": self.algo if isinstance(self.algo, str) else "program",
             "state": self.state,
+            "late": self.late,
             "t_scheduled": stamp(self.t_scheduled),
             "t_start": stamp(self.t_start),
             "t_end": stamp(self.t_end),
@@ -129,7 +131,9 @@ class FlightRecorder:
         self._active: _Record | None = None
         self._lock = threading.Lock()
         self._dumped: Path | None = None
-        self._requested_at: int | None = None
+        self.failed_peer: int | None = None
+        """The global rank that asked for dumps after it failed: operations recorded from
+        then on are marked ``late`` (they began after that rank gave up)."""
         self.next_seq = 0
         """One past the last collective's sequence number recorded (written in dumps)."""
 
@@ -144,6 +148,7 @@ class FlightRecorder:
         now = time.monotonic()
         r.seq, r.op, r.dtype, r.count, r.nbytes = seq, op, dtype, count, nbytes
         r.reduce, r.root, r.peer, r.algo = reduce, root, peer, algo
+        r.late = self.failed_peer is not None
         r.t_scheduled, r.t_end = now, None
         if started:
             r.state, r.t_start = STARTED, now
@@ -183,6 +188,7 @@ class FlightRecorder:
             "recorded": self._recorded,
             "next_seq": self.next_seq,
             "trigger": trigger,
+            "failed_peer": self.failed_peer,
             "dumped_at": round(time.time(), 6),
             "entries": [r.as_json(wall) for r in order if r.state],
         }
@@ -194,7 +200,8 @@ class FlightRecorder:
         path = Path(path)
         record = self.snapshot(trigger)
         entries = ",\n  ".join(json.dumps(e) for e in record.pop("entries"))
-        text = f'{json.dumps(record, indent=1)[:-2]},\n "entries": [\n  {entries}\n ]\n}}\n'
+        head = "".join(f" {json.dumps(k)}: {json.dumps(v)},\n" for k, v in record.items())
+        text = f'{{\n{head} "entries": [\n  {entries}\n ]\n}}\n'
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -214,20 +221,16 @@ class FlightRecorder:
             else f"flight-comm{comm}-rank{self.meta['global_rank']}.json"
         return self.dump_dir / name
 
-    def dump_once(self, trigger: str, *, failed: bool) -> Path | None:
-        """Write the record to :meth:`default_path` once: after this rank's failure
-        (``failed``), or on another rank's request. The failure of the operation that was
-        running at a request rewrites the file (it adds the failed state and the error);
-        nothing else does, since later dumps would show operations begun after the peers gave
-        up. Returns the path, ``None`` when it could not be written."""
+    def dump_after(self, trigger: str, *, failed: bool) -> Path | None:
+        """Write the record to :meth:`default_path` after this rank's failure (``failed``:
+        always, the latest failure tells the most) or on another rank's request (only when
+        nothing was written yet). Returns the path, ``None`` when it could not be written."""
         with self._lock:
-            again = failed and self._requested_at == self._recorded
-            if self._dumped is None or again:
+            if failed or self._dumped is None:
                 try:
                     self._dumped = self.dump(self.default_path(), trigger)
                 except CommflowError:
                     return None
-                self._requested_at = None if failed else self._recorded
             return self._dumped
 
 
@@ -253,7 +256,9 @@ class DumpWatcher:
             if recorder is None:
                 return
             if value:
-                recorder.dump_once(f"requested by rank {value - 1} after it failed", failed=False)
+                recorder.failed_peer = value - 1
+                recorder.dump_after(f"requested by rank {value - 1} after it failed",
+                                    failed=False)
                 return
             del recorder
             futex_wait(self._address, 0, _WATCH_SLICE)
@@ -282,7 +287,7 @@ def report_failure(recorder: FlightRecorder, host, global_rank: int, error: Exce
     """After ``error`` (a failed operation): mark the operation failed, dump the record, ask
     the host's other ranks to dump theirs, and name the file at the end of the message."""
     recorder.fail_active()
-    path = recorder.dump_once(f"{type(error).__name__}: {error}", failed=True)
+    path = recorder.dump_after(f"{type(error).__name__}: {error}", failed=True)
     if host is not None:
         request_dumps(host.dump_word, host.dump_address, global_rank)
     if path is not None and error.args and isinstance(error.args[0], str):

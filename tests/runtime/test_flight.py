@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +136,35 @@ def _disabled(comm):
 def test_recorder_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("COMMFLOW_FLIGHT_RECORDER", "0")
     run_world(_disabled, 2)
+
+
+def _sub_mismatch(comm):
+    sub = comm.split(comm.rank % 2)
+    x = np.arange(16, dtype=np.float32)
+    sub.allreduce(x, algo="ring", timeout=20)
+    if comm.rank == 3:
+        sub.allreduce(x[:8], algo="ring", timeout=20)
+    else:
+        sub.allreduce(x, algo="ring", timeout=20)
+    time.sleep(1)  # still alive when ranks 1 and 3 fail and ask for records
+
+
+def test_sub_communicator_records_are_diagnosed_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMMFLOW_DUMP_DIR", str(tmp_path))
+    results = run_world(_sub_mismatch, 4, timeout=30, expect_failure=True)
+    for rank in (1, 3):  # (a mismatch aborts the host: ranks 0 and 2 may fail too)
+        assert results[rank][1].startswith("CommMismatchError"), results[rank]
+    findings = diagnose(load_records([tmp_path]))
+    world = findings[0]
+    assert (world.comm_id, world.ok, world.message) == (
+        0, True, "all ranks completed seq 0; no mismatch")  # split's allgather
+    (odd,) = [f for f in findings if [r.global_rank for r in f.records] == [1, 3]]
+    assert (odd.kind, odd.seq, odd.nranks, odd.culprits) == ("mismatch", 1, 2, (0, 1))
+    assert odd.message == (f"communicator {odd.comm_id}: ranks disagree on collective seq 1: "
+                           f"rank 0 called allreduce (64 B), rank 1 allreduce (32 B) (no "
+                           f"majority: any of them may be the one out of step)")
+    (even,) = [f for f in findings if [r.global_rank for r in f.records] == [0, 2]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"flight-rank{r}.json" for r in range(4)]
+        + [f"flight-comm{f.comm_id}-rank{r}.json" for f, ranks in ((odd, (1, 3)), (even, (0, 2)))
+           for r in ranks])

@@ -26,7 +26,6 @@ from commflow.runtime.errors import FlightRecordError
 from commflow.runtime.flight import FORMAT, SCHEDULED, STATES, VERSION
 
 _FIELDS = ("op", "dtype", "nbytes", "reduce", "root")
-_NAMES = {"nbytes": "bytes"}
 
 
 @dataclass(frozen=True, kw_only=True)

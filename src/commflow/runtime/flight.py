@@ -45,6 +45,7 @@ STATES = (SCHEDULED, STARTED, COMPLETED, FAILED)
 """An operation is scheduled (queued with ``async_op=True``), started, completed or failed."""
 
 _WATCH_SLICE = 1.0
+_monotonic = time.monotonic
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +127,6 @@ class FlightRecorder:
         self.dump_dir = dump_dir
         self.meta = meta
         self._ring = [_Record() for _ in range(capacity)]
-        self._next = 0
         self._recorded = 0
         self._active: _Record | None = None
         self._lock = threading.Lock()
@@ -140,31 +140,43 @@ class FlightRecorder:
     def record(self, seq: int, op: str, dtype, count: int, nbytes: int, *, reduce: str | None,
                root: int | None, peer: int | None, algo, started: bool) -> _Record:
         """Fill the next slot for operation ``seq`` and return it, started or scheduled."""
-        r = self._ring[self._next]
-        self._next = self._next + 1 if self._next + 1 < self.capacity else 0
-        self._recorded += 1
+        n = self._recorded
+        r = self._ring[n % self.capacity]
+        self._recorded = n + 1
         if peer is None:
             self.next_seq = seq + 1
-        now = time.monotonic()
-        r.seq, r.op, r.dtype, r.count, r.nbytes = seq, op, dtype, count, nbytes
-        r.reduce, r.root, r.peer, r.algo = reduce, root, peer, algo
+        r.seq = seq
+        r.op = op
+        r.dtype = dtype
+        r.count = count
+        r.nbytes = nbytes
+        r.reduce = reduce
+        r.root = root
+        r.peer = peer
+        r.algo = algo
         r.late = self.failed_peer is not None
-        r.t_scheduled, r.t_end = now, None
+        r.t_end = None
+        r.t_scheduled = now = _monotonic()
         if started:
-            r.state, r.t_start = STARTED, now
+            r.state = STARTED
+            r.t_start = now
             self._active = r
         else:
-            r.state, r.t_start = SCHEDULED, None
+            r.state = SCHEDULED
+            r.t_start = None
         return r
 
     def start(self, r: _Record, algo) -> None:
         """Mark a scheduled operation started with the algorithm chosen for it."""
-        r.state, r.t_start, r.algo = STARTED, time.monotonic(), algo
+        r.state = STARTED
+        r.t_start = _monotonic()
+        r.algo = algo
         self._active = r
 
     def complete(self, r: _Record) -> None:
         """Mark an operation completed."""
-        r.state, r.t_end = COMPLETED, time.monotonic()
+        r.state = COMPLETED
+        r.t_end = _monotonic()
         self._active = None
 
     def fail_active(self) -> None:
@@ -177,7 +189,8 @@ class FlightRecorder:
     def snapshot(self, trigger: str) -> dict:
         """The dump as a JSON-ready dict: metadata, then the records oldest first."""
         wall = time.time() - time.monotonic()
-        order = self._ring[self._next:] + self._ring[:self._next]
+        cut = self._recorded % self.capacity
+        order = self._ring[cut:] + self._ring[:cut]
         return {
             "format": FORMAT,
             "version": VERSION,

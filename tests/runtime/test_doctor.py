@@ -165,8 +165,9 @@ def test_config_from_environment(tmp_path):
     assert (config.capacity, config.dump_dir) == (0, tmp_path)
     default = FlightConfig.from_env({}, "job1")
     assert default.capacity == 256 and default.dump_dir.name == "commflow-job1"
-    with pytest.raises(CommflowError, match="COMMFLOW_FLIGHT_RECORDER='-1'"):
-        FlightConfig.from_env({"COMMFLOW_FLIGHT_RECORDER": "-1"}, "job1")
+    for text in ("-1", "many", str((1 << 20) + 1)):
+        with pytest.raises(CommflowError, match=f"COMMFLOW_FLIGHT_RECORDER='{text}'"):
+            FlightConfig.from_env({"COMMFLOW_FLIGHT_RECORDER": text}, "job1")
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -39,6 +39,8 @@ VERSION = 1
 """The ``version`` field of every dump."""
 DEFAULT_CAPACITY = 256
 """Operations kept per communicator unless ``COMMFLOW_FLIGHT_RECORDER`` says otherwise."""
+MAX_CAPACITY = 1 << 20
+"""The most operations a recorder keeps (each slot costs a few hundred bytes)."""
 
 SCHEDULED, STARTED, COMPLETED, FAILED = "scheduled", "started", "completed", "failed"
 STATES = (SCHEDULED, STARTED, COMPLETED, FAILED)
@@ -58,9 +60,9 @@ class FlightConfig:
     """Where failures write their records."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.capacity, int) or self.capacity < 0:
-            raise CommflowError(f"flight recorder capacity must be an integer >= 0 (0: off), "
-                                f"got {self.capacity!r}")
+        if not isinstance(self.capacity, int) or not 0 <= self.capacity <= MAX_CAPACITY:
+            raise CommflowError(f"flight recorder capacity must be an integer from 0 (off) to "
+                                f"{MAX_CAPACITY}, got {self.capacity!r}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], job: str) -> FlightConfig:
@@ -72,9 +74,9 @@ class FlightConfig:
             capacity = int(text)
         except ValueError:
             capacity = -1
-        if capacity < 0:
+        if not 0 <= capacity <= MAX_CAPACITY:
             raise CommflowError(f"COMMFLOW_FLIGHT_RECORDER={text!r}: give the number of "
-                                f"operations to keep, e.g. 256 (0 turns the recorder off)")
+                                f"operations to keep, 0 (off) to {MAX_CAPACITY}, e.g. 256")
         where = env.get("COMMFLOW_DUMP_DIR") or Path(tempfile.gettempdir()) / f"commflow-{job}"
         return cls(capacity=capacity, dump_dir=Path(where))
 

@@ -16,9 +16,8 @@ def write_world(tmp_path, calls_by_rank: dict[int, int], nranks: int = 3) -> Non
             "job": "j", "comm_id": 0, "rank": rank, "global_rank": rank, "nranks": nranks,
             "ranks": list(range(nranks))})
         for seq in range(calls):
-            fr.complete(fr.record(seq, "allreduce", np.dtype(np.float32), 256, 1024,
-                                  reduce="sum", root=None, peer=None, algo="ring",
-                                  started=True))
+            fr.complete(fr.record(seq, "allreduce", np.dtype(np.float32), 1024, reduce="sum",
+                                  root=None, peer=None, algo="ring", started=True))
         fr.dump(fr.default_path())
 
 

@@ -4,6 +4,7 @@ written by the real recorder for made-up histories."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -25,8 +26,8 @@ def recorder(tmp_path, rank: int, nranks: int = 4, capacity: int = 64, comm_id: 
 def play(fr: FlightRecorder, calls, *, last: str = "completed") -> None:
     """Record ``calls`` (``(op, count, root)``), all completed but the last, left ``last``."""
     for seq, (op, count, root) in enumerate(calls):
-        entry = fr.record(seq, op, F32, count, count * 4, reduce="sum" if op == "allreduce"
-                          else None, root=root, peer=None, algo="ring", started=True)
+        entry = fr.record(seq, op, F32, count * 4, reduce="sum" if op == "allreduce" else None,
+                          root=root, peer=None, algo="ring", started=True)
         if seq < len(calls) - 1 or last == "completed":
             fr.complete(entry)
         elif last == "failed":
@@ -66,11 +67,11 @@ def test_rank_that_entered_only_after_a_failure_is_named(tmp_path):
         fr = recorder(tmp_path, rank)
         play(fr, [AR] * (4 if rank != 2 else 3), last="failed" if rank != 2 else "completed")
         if rank == 2:  # its watcher heard rank 0's request, then it called the collective
-            fr.failed_peer = 0
-            entry = fr.record(3, "allreduce", F32, MIB4, 4 << 20, reduce="sum", root=None,
-                                 peer=None, algo="ring", started=True)
-            assert entry.late
+            fr.failed_peer, fr.failed_at = 0, time.monotonic()
+            fr.record(3, "allreduce", F32, 4 << 20, reduce="sum", root=None, peer=None,
+                      algo="ring", started=True)
             fr.fail_active()
+            assert [e["late"] for e in fr.snapshot("test")["entries"]] == [False] * 3 + [True]
         fr.dump(fr.default_path())
     (found,) = diagnose(load_records([tmp_path]))
     assert (found.kind, found.seq, found.culprits) == ("not_entered", 3, (2,))
@@ -144,9 +145,9 @@ def test_ring_keeps_the_last_operations(tmp_path):
 
 def test_states_follow_the_operation(tmp_path):
     fr = recorder(tmp_path, 0, nranks=2)
-    a = fr.record(0, "allgather", F32, 4, 16, reduce=None, root=None, peer=None, algo="auto",
+    a = fr.record(0, "allgather", F32, 16, reduce=None, root=None, peer=None, algo="auto",
                   started=False)
-    b = fr.record(0, "send", F32, 4, 16, reduce=None, root=None, peer=1, algo="p2p",
+    b = fr.record(0, "send", F32, 16, reduce=None, root=None, peer=1, algo="p2p",
                   started=False)
     assert (a.state, b.state) == ("scheduled", "scheduled")
     fr.start(a, "ring")

@@ -305,8 +305,8 @@ class Communicator:
         call.reduce = reducer(call.op, call.send.dtype)
         seq = self._next_seq()
         entry = None if self._flight is None else self._flight.record(
-            seq, call.collective.value, call.send.dtype, call.unit,
-            call.unit * call.send.dtype.itemsize, started=False, peer=None, algo=call.algo,
+            seq, call.collective.value, call.send.dtype, call.unit * call.send.dtype.itemsize,
+            started=False, peer=None, algo=call.algo,
             reduce=call.op if call.collective in _REDUCES else None,
             root=call.root if call.collective in _ROOTED else None)
         return self._dispatch(lambda: self._run(call, timeout, seq, entry), result, async_op)
@@ -324,7 +324,7 @@ class Communicator:
         seq = self._next_seq()
         fr = self._flight
         entry = None if fr is None else fr.record(
-            seq, _ALLREDUCE, dtype, a.size, a.nbytes, reduce=op, root=None, peer=None,
+            seq, _ALLREDUCE, dtype, a.nbytes, reduce=op, root=None, peer=None,
             algo=fastpath.NAME, started=True)
         signature = self._signature(Collective.ALLREDUCE, dtype, a.nbytes, op, 0,
                                     fastpath.NAME)
@@ -442,8 +442,8 @@ class Communicator:
         self._p2p[(peer, sending)] = count + 1
         fr = self._flight
         entry = None if fr is None else fr.record(
-            count, "send" if sending else "recv", a.dtype, a.size, a.nbytes, reduce=None,
-            root=None, peer=peer, algo="p2p", started=False)
+            count, "send" if sending else "recv", a.dtype, a.nbytes, reduce=None, root=None,
+            peer=peer, algo="p2p", started=False)
 
         def work() -> None:
             if entry is not None:

@@ -84,15 +84,16 @@ class FlightConfig:
 class _Record:
     """One slot of the ring, overwritten in place."""
 
-    __slots__ = ("seq", "op", "dtype", "count", "nbytes", "reduce", "root", "peer", "algo",
-                 "state", "late", "t_scheduled", "t_start", "t_end")
+    __slots__ = ("seq", "op", "dtype", "nbytes", "reduce", "root", "peer", "algo", "state",
+                 "t_scheduled", "t_start", "t_end")
 
     def __init__(self) -> None:
         self.seq = -1
         self.state = ""
 
-    def as_json(self, wall: float) -> dict:
-        """The record as JSON fields; ``wall`` converts monotonic seconds to Unix time."""
+    def as_json(self, wall: float, failed_at: float | None) -> dict:
+        """The record as JSON fields; ``wall`` converts monotonic seconds to Unix time, and
+        ``failed_at`` (monotonic) is when another rank's failure was heard, if it was."""
         def stamp(t: float) -> float | None:
             return None if t is None else round(t + wall, 6)
 
@@ -101,14 +102,14 @@ class _Record:
             "kind": "p2p" if self.peer is not None else "collective",
             "op": self.op,
             "dtype": str(np.dtype(self.dtype)),
-            "count": self.count,
+            "count": self.nbytes // np.dtype(self.dtype).itemsize,
             "bytes": self.nbytes,
             "reduce": self.reduce,
             "root": self.root,
             "peer": self.peer,
             "algorithm": self.algo if isinstance(self.algo, str) else "program",
             "state": self.state,
-            "late": self.late,
+            "late": failed_at is not None and self.t_scheduled >= failed_at,
             "t_scheduled": stamp(self.t_scheduled),
             "t_start": stamp(self.t_start),
             "t_end": stamp(self.t_end),
@@ -134,12 +135,14 @@ class FlightRecorder:
         self._lock = threading.Lock()
         self._dumped: Path | None = None
         self.failed_peer: int | None = None
-        """The global rank that asked for dumps after it failed: operations recorded from
-        then on are marked ``late`` (they began after that rank gave up)."""
+        """The global rank that asked for dumps after it failed."""
+        self.failed_at: float | None = None
+        """When (monotonic) that request was heard: operations recorded from then on are
+        marked ``late`` in dumps (they began after that rank gave up)."""
         self.next_seq = 0
         """One past the last collective's sequence number recorded (written in dumps)."""
 
-    def record(self, seq: int, op: str, dtype, count: int, nbytes: int, *, reduce: str | None,
+    def record(self, seq: int, op: str, dtype, nbytes: int, *, reduce: str | None,
                root: int | None, peer: int | None, algo, started: bool) -> _Record:
         """Fill the next slot for operation ``seq`` and return it, started or scheduled."""
         n = self._recorded
@@ -150,13 +153,11 @@ class FlightRecorder:
         r.seq = seq
         r.op = op
         r.dtype = dtype
-        r.count = count
         r.nbytes = nbytes
         r.reduce = reduce
         r.root = root
         r.peer = peer
         r.algo = algo
-        r.late = self.failed_peer is not None
         r.t_end = None
         r.t_scheduled = now = _monotonic()
         if started:
@@ -205,7 +206,7 @@ class FlightRecorder:
             "trigger": trigger,
             "failed_peer": self.failed_peer,
             "dumped_at": round(time.time(), 6),
-            "entries": [r.as_json(wall) for r in order if r.state],
+            "entries": [r.as_json(wall, self.failed_at) for r in order if r.state],
         }
 
     def dump(self, path: str | os.PathLike, trigger: str = "requested") -> Path:
@@ -271,6 +272,7 @@ class DumpWatcher:
             if recorder is None:
                 return
             if value:
+                recorder.failed_at = _monotonic()
                 recorder.failed_peer = value - 1
                 recorder.dump_after(f"requested by rank {value - 1} after it failed",
                                     failed=False)

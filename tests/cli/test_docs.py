@@ -1,5 +1,8 @@
 """Every command in docs/cli.md still runs, in order, with the exit status and the kind of
-output (its first word) the doc shows. Numbers are not compared: they follow the models."""
+output (its first word) the doc shows. Numbers are not compared: they follow the models.
+
+A command may start with ``VAR=value`` words (its environment) and end with
+``  # exit status N`` where its first output line does not tell the status."""
 
 from __future__ import annotations
 
@@ -33,7 +36,12 @@ def test_documented_commands_run(commflow, tmp_path, monkeypatch):
     commands = documented_commands()
     assert sum(c.startswith("commflow ") for c, _ in commands) >= 20
     for command, first_line in commands:
+        command, _, status = command.partition("  # exit status ")
         words = shlex.split(command.split(" && ")[0])
+        env = {}
+        while "=" in words[0]:  # VAR=value prefixes set the command's environment
+            key, _, value = words.pop(0).partition("=")
+            env[key] = value
         if words[0] == "python":
             assert words[1] == "-c"
             exec(words[2], {})  # the doc's one-line file edits
@@ -42,7 +50,11 @@ def test_documented_commands_run(commflow, tmp_path, monkeypatch):
             assert words[2] == ">"
             Path(words[3]).write_text(words[1] + "\n")
             continue
-        run = commflow(*words[1:])
-        assert run.code == expected_status(first_line), (command, run.stderr)
+        with monkeypatch.context() as scope:
+            for key, value in env.items():
+                scope.setenv(key, value)
+            run = commflow(*words[1:])
+        assert run.code == (int(status) if status else expected_status(first_line)), (
+            command, run.stderr)
         output = (run.stdout + run.stderr).split()
         assert output[:1] == first_line.split()[:1], command

@@ -13,7 +13,20 @@ from importlib.metadata import PackageNotFoundError, version
 import typer
 from rich.markup import escape
 
-from commflow.cli import algos, cluster, p2p, plan, program, run, sched, simulate, synth, topo, tune
+from commflow.cli import (
+    algos,
+    cluster,
+    doctor,
+    p2p,
+    plan,
+    program,
+    run,
+    sched,
+    simulate,
+    synth,
+    topo,
+    tune,
+)
 from commflow.cli._group import CONTEXT, CommflowGroup
 from commflow.cli._output import err, out
 from commflow.cli.bench import bench
@@ -48,6 +61,7 @@ app.command("synth")(synth.synth)
 app.command("sched")(sched.sched)
 app.command("tune")(tune.tune)
 app.command("calibrate")(tune.calibrate)
+app.command("doctor")(doctor.doctor)
 
 
 def package_version() -> str:

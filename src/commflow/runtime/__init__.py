@@ -6,13 +6,16 @@ launcher, torchrun or mpirun); the :class:`Communicator` runs any verified progr
 """
 
 from commflow.runtime.communicator import Communicator, Handle
+from commflow.runtime.doctor import Diagnosis, FlightEntry, FlightRecord, diagnose, load_records
 from commflow.runtime.errors import (
     CommAbortedError,
     CommError,
     CommMismatchError,
     CommProtocolError,
     CommTimeoutError,
+    FlightRecordError,
 )
+from commflow.runtime.flight import FlightConfig, FlightRecorder
 from commflow.runtime.init import DEFAULT_TIMEOUT, init
 from commflow.runtime.ops import OPS, dtype_of
 from commflow.runtime.programs import names as algorithm_names
@@ -28,11 +31,19 @@ __all__ = [
     "CommProtocolError",
     "CommTimeoutError",
     "Communicator",
+    "Diagnosis",
+    "FlightConfig",
+    "FlightEntry",
+    "FlightRecord",
+    "FlightRecordError",
+    "FlightRecorder",
     "Handle",
     "WorldSpec",
     "algorithm_names",
     "detect_world",
+    "diagnose",
     "dtype_of",
     "init",
+    "load_records",
     "use_tuning_table",
 ]

@@ -12,20 +12,22 @@ this rank's block, ``alltoall`` splits the first axis into nranks blocks, block 
 from __future__ import annotations
 
 import math
+import os
 import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
 from commflow.ir import Program
-from commflow.runtime import fastpath, programs
+from commflow.runtime import fastpath, flight, programs
 from commflow.runtime.arrays import as_numpy, flat, like
-from commflow.runtime.errors import CommAbortedError, CommTimeoutError
+from commflow.runtime.errors import CommAbortedError, CommError, CommTimeoutError
 from commflow.runtime.executor import run_plan
 from commflow.runtime.ops import Reducer, finish, reducer
 from commflow.runtime.protocol import Signature
@@ -34,6 +36,7 @@ from commflow.runtime.world import WorldSpec
 
 _ROOTED = frozenset(c for c in Collective if c.rooted)
 _REDUCES = frozenset(c for c in Collective if c.reduces)
+_ALLREDUCE = Collective.ALLREDUCE.value
 
 P2P_CHANNEL = 1 << 30
 """Channel id reserved for point-to-point messages."""
@@ -74,16 +77,26 @@ class _Call:
 
 
 class Communicator:
-    """A group of ranks that run collectives together. Create with :func:`commflow.init`."""
+    """A group of ranks that run collectives together. Create with :func:`commflow.init`.
+
+    ``flight_config`` sets up its flight recorder (:mod:`commflow.runtime.flight`; default
+    from ``COMMFLOW_FLIGHT_RECORDER`` and ``COMMFLOW_DUMP_DIR``)."""
 
     def __init__(self, spec: WorldSpec, transport: ShmTransport, *, timeout: float,
-                 ranks: list[int] | None = None, comm_id: int = 0) -> None:
+                 ranks: list[int] | None = None, comm_id: int = 0,
+                 flight_config: flight.FlightConfig | None = None) -> None:
         self.spec = spec
         self.transport = transport
         self.timeout = check_timeout(timeout, "communicator")
         self._broken: str | None = None
         self.ranks = ranks or list(range(spec.size))
         self.comm_id = comm_id
+        self.flight_config = flight_config or flight.FlightConfig.from_env(os.environ, spec.job)
+        shm = transport if isinstance(transport, ShmTransport) else getattr(transport, "shm", None)
+        self._host = getattr(shm, "host", None)
+        self._flight = flight.attach(self.flight_config, host=self._host, meta={
+            "job": spec.job, "comm_id": comm_id, "rank": self.rank, "global_rank": spec.rank,
+            "nranks": self.size, "ranks": list(self.ranks)})
         self._splits = 0
         self._seq = 0
         self._p2p: dict[tuple[int, bool], int] = {}
@@ -229,12 +242,21 @@ class Communicator:
         ranks = [self.ranks[r] for _, r in members]
         comm_id = zlib.crc32(f"{self.comm_id}/{self._splits}/{color}".encode()) & 0x7FFFFFFF
         return Communicator(self.spec, self.transport, timeout=self.timeout, ranks=ranks,
-                            comm_id=comm_id or 1)
+                            comm_id=comm_id or 1, flight_config=self.flight_config)
 
     def barrier(self, *, timeout: float | None = None) -> None:
         """Return once every rank has called ``barrier``."""
         token = np.zeros(1, np.uint8)
         self.allreduce(token, "max", out=token, timeout=timeout)
+
+    def dump_flight_record(self, path: str | os.PathLike | None = None) -> Path:
+        """Write this communicator's flight record (its last operations) as JSON to ``path``
+        (default: ``COMMFLOW_DUMP_DIR``'s file for this rank) and return the path. Raises
+        ``CommflowError`` when the recorder is off (``COMMFLOW_FLIGHT_RECORDER=0``)."""
+        if self._flight is None:
+            raise CommflowError(f"rank {self.rank}: the flight recorder is off "
+                                f"(COMMFLOW_FLIGHT_RECORDER=0); nothing to dump")
+        return self._flight.dump(path or self._flight.default_path(), "dump_flight_record")
 
     # -- point to point -------------------------------------------------------------------
     def send(self, x, dst: int, *, async_op: bool = False, timeout: float | None = None):
@@ -281,7 +303,13 @@ class Communicator:
             call.algo = programs.adopt(call.algo, call.collective, self.size, call.root,
                                        self.rank)
         call.reduce = reducer(call.op, call.send.dtype)
-        return self._dispatch(lambda: self._run(call, timeout), result, async_op)
+        seq = self._next_seq()
+        entry = None if self._flight is None else self._flight.record(
+            seq, call.collective.value, call.send.dtype, call.unit * call.send.dtype.itemsize,
+            started=False, peer=None, algo=call.algo,
+            reduce=call.op if call.collective in _REDUCES else None,
+            root=call.root if call.collective in _ROOTED else None)
+        return self._dispatch(lambda: self._run(call, timeout, seq, entry), result, async_op)
 
     def _small_allreduce(self, a: np.ndarray, b: np.ndarray, op: str,
                          timeout: float | None) -> None:
@@ -294,6 +322,10 @@ class Communicator:
         if reduce is None:
             reduce = self._reducers[key] = reducer(op, dtype)
         seq = self._next_seq()
+        fr = self._flight
+        entry = None if fr is None else fr.record(
+            seq, _ALLREDUCE, dtype, a.nbytes, reduce=op, root=None, peer=None,
+            algo=fastpath.NAME, started=True)
         signature = self._signature(Collective.ALLREDUCE, dtype, a.nbytes, op, 0,
                                     fastpath.NAME)
         recv = b.reshape(-1)
@@ -303,6 +335,8 @@ class Communicator:
         self._fast.small_allreduce(send, recv, reduce, seq, signature,
                                    self._deadline(timeout))
         finish(op, recv, self.size)
+        if entry is not None:
+            fr.complete(entry)
 
     def _dispatch(self, work: Callable[[], None], result, async_op: bool):
         """Run ``work`` now, or on the communicator's worker thread once async operations
@@ -324,12 +358,16 @@ class Communicator:
 
     def _guarded(self, work: Callable[[], None]) -> None:
         """Run ``work``; a timeout marks the communicator unusable (see
-        :meth:`_check_usable`)."""
+        :meth:`_check_usable`); any failure dumps the flight record (see
+        :func:`commflow.runtime.flight.report_failure`)."""
         self._check_usable()
         try:
             work()
-        except CommTimeoutError as err:
-            self._broken = f"a timeout ({err.op} #{err.seq})"
+        except CommError as err:
+            if isinstance(err, CommTimeoutError):
+                self._broken = f"a timeout ({err.op} #{err.seq})"
+            if self._flight is not None:
+                flight.report_failure(self._flight, self._host, self.spec.rank, err)
             raise
 
     def _next_seq(self) -> int:
@@ -359,13 +397,14 @@ class Communicator:
             self._signatures[key] = signature
         return signature
 
-    def _run(self, call: _Call, timeout: float | None) -> None:
-        seq = self._next_seq()
+    def _run(self, call: _Call, timeout: float | None, seq: int, entry) -> None:
         coll = call.collective
         dtype = call.send.dtype
         nbytes = call.unit * dtype.itemsize
         name = programs.choose(coll, self.size, max(call.send.nbytes, call.recv.nbytes),
                                call.algo, fast_path=self._fast is not None)
+        if entry is not None:
+            self._flight.start(entry, name)
         root = call.root if coll in _ROOTED else None
         send, recv = flat(call.send), flat(call.recv)
         fast = name == fastpath.NAME
@@ -388,6 +427,8 @@ class Communicator:
                      reduce, deadline=self._deadline(timeout), what=what, seq=seq)
         if coll in _REDUCES and (coll is not Collective.REDUCE or self.rank == call.root):
             finish(call.op, recv, self.size)
+        if entry is not None:
+            self._flight.complete(entry)
 
     def _point(self, a: np.ndarray, peer: int, sending: bool, result, async_op: bool,
                timeout: float | None):
@@ -397,9 +438,16 @@ class Communicator:
         if timeout is not None:
             check_timeout(timeout, f"{'send' if sending else 'recv'} on rank {self.rank}")
 
+        count = self._p2p.get((peer, sending), 0)
+        self._p2p[(peer, sending)] = count + 1
+        fr = self._flight
+        entry = None if fr is None else fr.record(
+            count, "send" if sending else "recv", a.dtype, a.nbytes, reduce=None, root=None,
+            peer=peer, algo="p2p", started=False)
+
         def work() -> None:
-            count = self._p2p.get((peer, sending), 0)
-            self._p2p[(peer, sending)] = count + 1
+            if entry is not None:
+                fr.start(entry, "p2p")
             signature = Signature("p2p", "sendrecv", a.dtype.name, a.nbytes, "none", 0, "p2p")
             endpoint = self.transport.endpoint(count, signature, a.dtype, self.ranks,
                                                self.comm_id)
@@ -420,6 +468,8 @@ class Communicator:
                                            f"never matched it", op=what, seq=count,
                                            peers=(peer,))
                 endpoint.idle(rounds, deadline)
+            if entry is not None:
+                fr.complete(entry)
 
         return self._dispatch(work, result, async_op)
 

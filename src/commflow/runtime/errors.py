@@ -31,3 +31,7 @@ class CommProtocolError(CommError):
 
 class CommAbortedError(CommError):
     """Another rank failed and aborted the communicator; the message names it and why."""
+
+
+class FlightRecordError(CommflowError):
+    """A flight record file is unreadable or malformed, or records contradict each other."""

@@ -78,7 +78,11 @@ class ShmHost:
         if region.owner:
             control[0], control[1] = _MAGIC, layout.nlocal
         self.control = control
-        self.abort_word = region.array(np.int64, 64, 4)  # code, rank, seq, reserved
+        self.abort_word = region.array(np.int64, 64, 3)  # code, rank, seq
+        self.dump_word = region.array(np.int32, 88, 1)
+        """0, or the global rank + 1 of the first rank that failed and asked every local rank
+        to dump its flight record (:mod:`commflow.runtime.flight`)."""
+        self.dump_address = region.address(88)
         self.attached = region.array(np.int32, 128, layout.nlocal)
         bells = region.array(np.int32, 4096, layout.nlocal * LINE // 4).reshape(layout.nlocal, -1)
         self.bells = bells

@@ -1,0 +1,312 @@
+"""The flight recorder: every communicator's last N operations, dumped as JSON when one fails.
+
+Modelled on PyTorch's NCCL flight recorder. A :class:`FlightRecorder` keeps a ring of
+``capacity`` preallocated records (sequence number, operation, dtype, count and bytes,
+algorithm, root or peer, state, timestamps) that each call overwrites in place, so recording
+allocates nothing per call beyond the timestamps. When an operation fails (timeout, abort,
+mismatch, protocol error) the communicator writes its record to
+``<dump_dir>/flight-rank<R>.json`` (``flight-comm<ID>-rank<R>.json`` for a sub-communicator,
+``R`` the global rank) and asks the other ranks of its host to write theirs: a
+:class:`DumpWatcher` thread per communicator sleeps on a word in the host's shared memory and
+dumps when it changes, even while its rank is busy outside commflow; operations recorded after
+that are marked ``late``. ``commflow doctor`` (:mod:`commflow.runtime.doctor`) reads the files
+and names the rank that fell out of step.
+
+The files are JSON (:data:`FORMAT`, version :data:`VERSION`); nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from commflow.errors import CommflowError
+from commflow.runtime._futex import futex_wait, futex_wake
+
+FORMAT = "commflow-flight-record"
+"""The ``format`` field of every dump."""
+VERSION = 1
+"""The ``version`` field of every dump."""
+DEFAULT_CAPACITY = 256
+"""Operations kept per communicator unless ``COMMFLOW_FLIGHT_RECORDER`` says otherwise."""
+MAX_CAPACITY = 1 << 20
+"""The most operations a recorder keeps (each slot costs a few hundred bytes)."""
+
+SCHEDULED, STARTED, COMPLETED, FAILED = "scheduled", "started", "completed", "failed"
+STATES = (SCHEDULED, STARTED, COMPLETED, FAILED)
+"""An operation is scheduled (queued with ``async_op=True``), started, completed or failed."""
+
+_WATCH_SLICE = 1.0
+_monotonic = time.monotonic
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlightConfig:
+    """How a communicator records its operations."""
+
+    capacity: int = DEFAULT_CAPACITY
+    """Operations kept (the oldest are overwritten); 0 turns the recorder off."""
+    dump_dir: Path
+    """Where failures write their records."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.capacity, int) or not 0 <= self.capacity <= MAX_CAPACITY:
+            raise CommflowError(f"flight recorder capacity must be an integer from 0 (off) to "
+                                f"{MAX_CAPACITY}, got {self.capacity!r}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], job: str) -> FlightConfig:
+        """``COMMFLOW_FLIGHT_RECORDER`` (records kept, default 256, 0: off) and
+        ``COMMFLOW_DUMP_DIR`` (default ``<tmp>/commflow-<job>``, the same for every rank of
+        the job). Raises ``CommflowError`` on a value that is not a count."""
+        text = env.get("COMMFLOW_FLIGHT_RECORDER", str(DEFAULT_CAPACITY))
+        try:
+            capacity = int(text)
+        except ValueError:
+            capacity = -1
+        if not 0 <= capacity <= MAX_CAPACITY:
+            raise CommflowError(f"COMMFLOW_FLIGHT_RECORDER={text!r}: give the number of "
+                                f"operations to keep, 0 (off) to {MAX_CAPACITY}, e.g. 256")
+        where = env.get("COMMFLOW_DUMP_DIR") or Path(tempfile.gettempdir()) / f"commflow-{job}"
+        return cls(capacity=capacity, dump_dir=Path(where))
+
+
+class _Record:
+    """One slot of the ring, overwritten in place."""
+
+    __slots__ = ("seq", "op", "dtype", "nbytes", "reduce", "root", "peer", "algo", "state",
+                 "t_scheduled", "t_start", "t_end")
+
+    def __init__(self) -> None:
+        self.seq = -1
+        self.state = ""
+
+    def as_json(self, wall: float, failed_at: float | None) -> dict:
+        """The record as JSON fields; ``wall`` converts monotonic seconds to Unix time, and
+        ``failed_at`` (monotonic) is when another rank's failure was heard, if it was."""
+        def stamp(t: float) -> float | None:
+            return None if t is None else round(t + wall, 6)
+
+        return {
+            "seq": self.seq,
+            "kind": "p2p" if self.peer is not None else "collective",
+            "op": self.op,
+            "dtype": str(np.dtype(self.dtype)),
+            "count": self.nbytes // np.dtype(self.dtype).itemsize,
+            "bytes": self.nbytes,
+            "reduce": self.reduce,
+            "root": self.root,
+            "peer": self.peer,
+            "algorithm": self.algo if isinstance(self.algo, str) else "program",
+            "state": self.state,
+            "late": failed_at is not None and self.t_scheduled >= failed_at,
+            "t_scheduled": stamp(self.t_scheduled),
+            "t_start": stamp(self.t_start),
+            "t_end": stamp(self.t_end),
+        }
+
+
+class FlightRecorder:
+    """The last ``capacity`` operations of one communicator (see the module docstring).
+
+    ``meta`` holds the fields written at the top of every dump (job, comm_id, rank,
+    global_rank, nranks, ranks).
+    """
+
+    def __init__(self, capacity: int, *, dump_dir: Path, meta: dict) -> None:
+        if capacity < 1:
+            raise CommflowError(f"a flight recorder keeps at least 1 operation, got {capacity}")
+        self.capacity = capacity
+        self.dump_dir = dump_dir
+        self.meta = meta
+        self._ring = [_Record() for _ in range(capacity)]
+        self._recorded = 0
+        self._active: _Record | None = None
+        self._lock = threading.Lock()
+        self._dumped: Path | None = None
+        self.failed_peer: int | None = None
+        """The global rank that asked for dumps after it failed."""
+        self.failed_at: float | None = None
+        """When (monotonic) that request was heard: operations recorded from then on are
+        marked ``late`` in dumps (they began after that rank gave up)."""
+        self.next_seq = 0
+        """One past the last collective's sequence number recorded (written in dumps)."""
+
+    def record(self, seq: int, op: str, dtype, nbytes: int, *, reduce: str | None,
+               root: int | None, peer: int | None, algo, started: bool) -> _Record:
+        """Fill the next slot for operation ``seq`` and return it, started or scheduled."""
+        n = self._recorded
+        r = self._ring[n % self.capacity]
+        self._recorded = n + 1
+        if peer is None:
+            self.next_seq = seq + 1
+        r.seq = seq
+        r.op = op
+        r.dtype = dtype
+        r.nbytes = nbytes
+        r.reduce = reduce
+        r.root = root
+        r.peer = peer
+        r.algo = algo
+        r.t_end = None
+        r.t_scheduled = now = _monotonic()
+        if started:
+            r.state = STARTED
+            r.t_start = now
+            self._active = r
+        else:
+            r.state = SCHEDULED
+            r.t_start = None
+        return r
+
+    def start(self, r: _Record, algo) -> None:
+        """Mark a scheduled operation started with the algorithm chosen for it."""
+        r.state = STARTED
+        r.t_start = _monotonic()
+        r.algo = algo
+        self._active = r
+
+    def complete(self, r: _Record) -> None:
+        """Mark an operation completed."""
+        r.state = COMPLETED
+        r.t_end = _monotonic()
+        self._active = None
+
+    def fail_active(self) -> None:
+        """Mark the operation in progress (if any) failed."""
+        r = self._active
+        if r is not None and r.state == STARTED:
+            r.state, r.t_end = FAILED, time.monotonic()
+        self._active = None
+
+    def snapshot(self, trigger: str) -> dict:
+        """The dump as a JSON-ready dict: metadata, then the records oldest first."""
+        wall = time.time() - time.monotonic()
+        cut = self._recorded % self.capacity
+        order = self._ring[cut:] + self._ring[:cut]
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            **self.meta,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "capacity": self.capacity,
+            "recorded": self._recorded,
+            "next_seq": self.next_seq,
+            "trigger": trigger,
+            "failed_peer": self.failed_peer,
+            "dumped_at": round(time.time(), 6),
+            "entries": [r.as_json(wall, self.failed_at) for r in order if r.state],
+        }
+
+    def dump(self, path: str | os.PathLike, trigger: str = "requested") -> Path:
+        """Write the record to ``path`` as JSON, one operation per line (atomically: a
+        temporary file, then a rename); returns the path. Raises ``CommflowError`` when it
+        cannot be written."""
+        path = Path(path)
+        record = self.snapshot(trigger)
+        entries = ",\n  ".join(json.dumps(e) for e in record.pop("entries"))
+        head = "".join(f" {json.dumps(k)}: {json.dumps(v)},\n" for k, v in record.items())
+        text = f'{{\n{head} "entries": [\n  {entries}\n ]\n}}\n'
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise CommflowError(f"cannot write flight record {path}: {err.strerror}; set "
+                                f"COMMFLOW_DUMP_DIR to a writable directory") from None
+        return path
+
+    def default_path(self) -> Path:
+        """``<dump_dir>/flight-rank<R>.json`` (``flight-comm<ID>-rank<R>.json`` off the world
+        communicator), ``R`` the global rank."""
+        comm = self.meta["comm_id"]
+        name = f"flight-rank{self.meta['global_rank']}.json" if comm == 0 \
+            else f"flight-comm{comm}-rank{self.meta['global_rank']}.json"
+        return self.dump_dir / name
+
+    def dump_after(self, trigger: str, *, failed: bool) -> Path | None:
+        """Write the record to :meth:`default_path` after this rank's failure (``failed``:
+        always, the latest failure tells the most) or on another rank's request (only when
+        nothing was written yet). Returns the path, ``None`` when it could not be written."""
+        with self._lock:
+            if failed or self._dumped is None:
+                try:
+                    self._dumped = self.dump(self.default_path(), trigger)
+                except CommflowError:
+                    return None
+            return self._dumped
+
+
+class DumpWatcher:
+    """Dumps a recorder when another rank of the host asks (see :func:`request_dumps`).
+
+    A daemon thread sleeps on ``word`` (an int32 in the host's shared memory, 0 until some rank
+    fails, then that rank's global rank + 1) in one-second futex waits; it dumps once and ends,
+    or ends when the recorder is garbage-collected.
+    """
+
+    def __init__(self, word: np.ndarray, address: int, recorder: FlightRecorder) -> None:
+        self._word = word
+        self._address = address
+        self._recorder = weakref.ref(recorder)
+        self._thread = threading.Thread(target=self._watch, name="commflow-flight", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while True:
+            value = int(self._word[0])
+            recorder = self._recorder()
+            if recorder is None:
+                return
+            if value:
+                recorder.failed_at = _monotonic()
+                recorder.failed_peer = value - 1
+                recorder.dump_after(f"requested by rank {value - 1} after it failed",
+                                    failed=False)
+                return
+            del recorder
+            futex_wait(self._address, 0, _WATCH_SLICE)
+
+
+def request_dumps(word: np.ndarray, address: int, global_rank: int) -> None:
+    """Ask every rank watching ``word`` to dump (first request wins) and wake them."""
+    if not word[0]:
+        word[0] = global_rank + 1
+    futex_wake(address)
+
+
+def attach(config: FlightConfig, *, meta: dict, host) -> FlightRecorder | None:
+    """A recorder per ``config`` (``None`` when it is off), watched for dump requests on
+    ``host`` (a :class:`~commflow.runtime.transport.shm_host.ShmHost`, or ``None`` for a rank
+    alone on its host)."""
+    if not config.capacity:
+        return None
+    recorder = FlightRecorder(config.capacity, dump_dir=config.dump_dir, meta=meta)
+    if host is not None:
+        DumpWatcher(host.dump_word, host.dump_address, recorder)
+    return recorder
+
+
+def report_failure(recorder: FlightRecorder, host, global_rank: int, error: Exception) -> None:
+    """After ``error`` (a failed operation): mark the operation failed, dump the record, ask
+    the host's other ranks to dump theirs, and name the file at the end of the message."""
+    recorder.fail_active()
+    path = recorder.dump_after(f"{type(error).__name__}: {error}", failed=True)
+    if host is not None:
+        request_dumps(host.dump_word, host.dump_address, global_rank)
+    if path is not None and error.args and isinstance(error.args[0], str):
+        error.args = (f"{error.args[0]} [flight record: {path}; compare every rank's with "
+                      f"`commflow doctor {path.parent}`]", *error.args[1:])

@@ -10,7 +10,19 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from commflow.cli import algos, cluster, plan, program, run, sched, simulate, synth, topo, tune
+from commflow.cli import (
+    algos,
+    cluster,
+    ina,
+    plan,
+    program,
+    run,
+    sched,
+    simulate,
+    synth,
+    topo,
+    tune,
+)
 from commflow.cli._output import err
 from commflow.cli.bench import bench
 from commflow.errors import CommflowError
@@ -25,6 +37,7 @@ app = typer.Typer(
 )
 app.add_typer(topo.app, name="topo")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(ina.app, name="ina")
 app.command("algos")(algos.algos)
 app.command("build")(program.build)
 app.command("verify")(program.verify)

@@ -1,0 +1,112 @@
+"""Workers (threads) and a ``commflow ina switch`` process on loopback: sums vs numpy within
+the protocol's bound, under loss and duplication; refusals and timeouts are clear errors."""
+
+import re
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from commflow.ina import InaProtocolError, InaTimeoutError, error_bound, ina_allreduce
+from commflow.ina.protocol import Header, Kind, pack
+from tests.ina.conftest import allreduce_threads
+
+
+def arrays(n, size, dtype, seed):
+    """Mixed signs and magnitudes from 1e-6 to 1e6, zero blocks and a lone huge value."""
+    rng = np.random.default_rng(seed)
+    xs = []
+    for _ in range(n):
+        x = rng.standard_normal(size) * 10.0 ** rng.integers(-6, 7, size)
+        x[256:512] = 0.0
+        x[-1] = -3.0e9
+        xs.append(x.astype(dtype))
+    return xs
+
+
+def check(outs, xs, values=256):
+    exact = np.sum([x.astype(np.float64) for x in xs], axis=0)
+    bound = error_bound(xs, values)
+    if xs[0].dtype == np.float32:
+        bound = bound + np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    for out in outs:
+        assert out.dtype == xs[0].dtype and out.shape == xs[0].shape
+        assert (np.abs(out.astype(np.float64) - exact) <= bound).all()
+    assert (outs[0][256:512] == 0).all()
+
+
+@pytest.mark.parametrize("n, size, dtype", [(2, 10_007, np.float32), (4, 5_000, np.float64),
+                                            (4, 1, np.float32)])
+def test_sum_matches_numpy_within_the_bound(switch, n, size, dtype):
+    sw = switch("-n", str(n), "--slots", "16")
+    xs = arrays(n, max(size, 600), dtype, seed=n)
+    if size == 1:
+        xs = [np.array([x[0]], dtype) for x in xs]
+    outs, stats = allreduce_threads(xs, sw.addr, slots=16)
+    if size == 1:
+        exact = sum(float(x[0]) for x in xs)
+        assert all(abs(float(o[0]) - exact) <= error_bound(xs, 256)[0] + 1e-6 * abs(exact)
+                   for o in outs)
+    else:
+        check(outs, xs)
+    assert all(s.slots == 16 and s.results > 0 for s in stats)
+    assert "1 sessions (0 refused)" in sw.stop()
+
+
+@pytest.mark.parametrize("drop, dup", [(0.01, 0.0), (0.05, 0.0), (0.0, 0.2), (0.05, 0.1)])
+def test_loss_and_duplication_in_both_directions(switch, drop, dup):
+    n = 4
+    sw = switch("-n", str(n), "--slots", "8", "--loss", str(drop), "--dup", str(dup),
+                "--seed", "7")
+    xs = arrays(n, 20_000, np.float32, seed=3)
+    outs, stats = allreduce_threads(xs, sw.addr, drop=drop, dup=dup, slots=8, timeout=20)
+    check(outs, xs)
+    dropped, duplicated = map(int, re.search(r"; (\d+) sends dropped, (\d+) duplicated",
+                                             sw.stop()).groups())
+    assert (dropped > 0) == (drop > 0) and (duplicated > 0) == (dup > 0)
+    if drop:
+        assert sum(s.retransmits for s in stats) > 0
+    if dup:
+        assert sum(s.duplicates for s in stats) > 0
+
+
+def test_consecutive_calls_and_shapes(switch):
+    sw = switch("-n", "2", "--slots", "4", "--values", "100")
+    rng = np.random.default_rng(5)
+    for shape in [(3, 77), (0,), (1000,)]:
+        xs = [rng.standard_normal(shape) for _ in range(2)]
+        outs, stats = allreduce_threads(xs, sw.addr, slots=64)
+        assert outs[0].shape == shape and stats[0].slots == 4
+        exact = xs[0] + xs[1]
+        assert (np.abs(outs[1] - exact) <= error_bound(xs, 100).reshape(shape)).all()
+    assert "3 sessions" in sw.stop()
+
+
+def test_wrong_worker_count_is_refused_with_a_clear_error(switch):
+    sw = switch("-n", "3")
+    with pytest.raises(InaProtocolError, match="differs from the switch's -n"):
+        ina_allreduce(np.ones(10), switch=sw.addr, rank=0, nranks=2, timeout=5)
+    assert "rejected" in sw.stop()
+
+
+def test_no_switch_times_out_naming_the_switch():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        addr = s.getsockname()
+    start = time.monotonic()
+    with pytest.raises(InaTimeoutError, match=rf"rank 0/2: no JOINED from the switch at "
+                                              rf"127.0.0.1:{addr[1]}"):
+        ina_allreduce(np.ones(10), switch=addr, rank=0, nranks=2, timeout=0.5)
+    assert time.monotonic() - start < 3
+
+
+def test_garbage_at_the_switch_is_ignored(switch):
+    sw = switch("-n", "2")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for junk in (b"", b"\x00" * 7, b"CFIN" + bytes(60), pack(Header(Kind.DATA, 0, count=9))):
+            s.sendto(junk, sw.addr)
+    xs = arrays(2, 3000, np.float64, seed=9)
+    outs, _ = allreduce_threads(xs, sw.addr)
+    check(outs, xs)
+    assert ", 4 malformed," in sw.stop()

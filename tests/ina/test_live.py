@@ -3,6 +3,7 @@ the protocol's bound, under loss and duplication; refusals and timeouts are clea
 
 import re
 import socket
+import threading
 import time
 
 import numpy as np
@@ -110,3 +111,29 @@ def test_garbage_at_the_switch_is_ignored(switch):
     outs, _ = allreduce_threads(xs, sw.addr)
     check(outs, xs)
     assert ", 4 malformed," in sw.stop()
+
+
+def test_two_jobs_share_the_pool(switch):
+    sw = switch("-n", "2", "--slots", "6")
+    results = {}
+
+    def job(j):
+        xs = arrays(2, 4000, np.float32, seed=j)
+        results[j] = (xs, *allreduce_threads(xs, sw.addr, job=j, slots=3))
+
+    threads = [threading.Thread(target=job, args=(j,)) for j in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for xs, outs, stats in results.values():
+        check(outs, xs)
+        assert [s.slots for s in stats] == [3, 3]
+    assert "2 sessions (0 refused)" in sw.stop()
+
+
+def test_arrays_of_different_sizes_are_refused(switch):
+    sw = switch("-n", "2")
+    with pytest.raises(InaProtocolError, match="refused DATA of slot 3 phase 1: .* same size"):
+        allreduce_threads([np.ones(1000), np.ones(1200)], sw.addr, timeout=2)
+    assert "rejected" in sw.stop()

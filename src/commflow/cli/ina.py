@@ -38,8 +38,8 @@ def switch(
 
     faults = Faults(drop=loss, duplicate=dup, seed=seed)
     stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if main else None
 
     def ready(addr: tuple[str, int]) -> None:
         out.print(f"listening on {addr[0]}:{addr[1]} ({nranks} workers per job, {slots} "
@@ -51,6 +51,9 @@ def switch(
                            lease=lease, stop=stop, ready=ready)
     except KeyboardInterrupt:
         return
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     out.print(f"stopped: {stats.sessions} sessions ({stats.refused} refused), "
               f"{stats.aggregated} packets aggregated, {stats.results} results, "
               f"{stats.duplicates} duplicates, {stats.stale} stale, {stats.malformed} "

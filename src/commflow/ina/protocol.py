@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -95,20 +95,23 @@ class Reason(enum.IntEnum):
     BAD_KIND = 7
 
 
+_KINDS = {k.value: k for k in Kind}
+_REASONS = {r.value: r for r in Reason}
 REASONS = {
     Reason.WRONG_NWORKERS: "the job's number of workers differs from the switch's -n",
     Reason.BAD_WORKER: "worker id is not below the number of workers",
     Reason.UNKNOWN_JOB: "no such job/session on the switch (not joined, or its lease expired)",
     Reason.BAD_SLOT: "slot index is not below the slots granted to the job",
-    Reason.BAD_PHASE: "phase skips ahead of the slot's state (out of protocol)",
+    Reason.BAD_PHASE: "the phase skips ahead of the slot, or its block differs from the other "
+                      "workers' (did every rank pass an array of the same size?)",
     Reason.TOO_MANY_VALUES: "more values than the switch's values per packet",
     Reason.BAD_KIND: "a switch only accepts DATA, JOIN and LEAVE",
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
-    """One datagram's header (see the module docstring for the fields)."""
+class Header(NamedTuple):
+    """One datagram's header (see the module docstring for the fields); a tuple, cheap to
+    make per packet."""
 
     kind: Kind
     job: int
@@ -147,11 +150,9 @@ def unpack(data: bytes) -> tuple[Header, memoryview]:
                                "ina datagram")
     if version != VERSION:
         raise InaProtocolError(f"protocol version {version}, this side speaks {VERSION}")
-    try:
-        kind = Kind(kind)
-        reason = Reason(reason)
-    except ValueError as e:
-        raise InaProtocolError(f"unknown kind {kind} or reason {reason}") from e
+    if kind not in _KINDS or reason not in _REASONS:
+        raise InaProtocolError(f"unknown kind {kind} or reason {reason}")
+    kind = _KINDS[kind]
     payload = memoryview(data)[HEADER.size:]
     has_values = kind in (Kind.DATA, Kind.RESULT)
     if len(payload) != (4 * count if has_values else 0):
@@ -160,7 +161,7 @@ def unpack(data: bytes) -> tuple[Header, memoryview]:
     if flags > 1:
         raise InaProtocolError(f"{kind.name} datagram: unknown flags {flags:#x}")
     return Header(kind, job, session, worker, nworkers, slot, count, exp, phase, offset, flags,
-                  reason), payload
+                  _REASONS[reason]), payload
 
 
 def shift(nworkers: int) -> int:

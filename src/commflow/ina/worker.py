@@ -202,6 +202,7 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
         if got is None:
             continue
         h, payload = got
+        now = time.monotonic()
         if h.kind is Kind.REJECT and h.session == base.session:
             raise link.refused(h, f"DATA of slot {h.slot} phase {h.phase}")
         if (h.kind is not Kind.RESULT or h.job != base.job or h.session != base.session

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from commflow.ina import InaProtocolError, InaTimeoutError, error_bound, ina_allreduce
+from commflow.ina import InaError, InaProtocolError, InaTimeoutError, error_bound, ina_allreduce
 from commflow.ina.protocol import Header, Kind, pack
 from tests.ina.conftest import allreduce_threads
 
@@ -100,6 +100,15 @@ def test_no_switch_times_out_naming_the_switch():
                                               rf"127.0.0.1:{addr[1]}"):
         ina_allreduce(np.ones(10), switch=addr, rank=0, nranks=2, timeout=0.5)
     assert time.monotonic() - start < 3
+
+
+def test_bad_switch_address_and_input_are_clear_errors():
+    with pytest.raises(InaError, match=r"rank 0/2: bad switch address \('127.0.0.1', 'p'\)"):
+        ina_allreduce(np.ones(3), switch=("127.0.0.1", "p"), rank=0, nranks=2)
+    with pytest.raises(InaError, match="rank 1: float32 or float64 array expected, got int64"):
+        ina_allreduce(np.ones(3, np.int64), switch=("127.0.0.1", 1), rank=1, nranks=2)
+    with pytest.raises(InaError, match="rank 0: the array holds inf or nan"):
+        ina_allreduce(np.array([1.0, np.nan]), switch=("127.0.0.1", 1), rank=0, nranks=2)
 
 
 def test_garbage_at_the_switch_is_ignored(switch):

@@ -59,7 +59,10 @@ class WorkerStats:
     duplicates: int = 0
     """Results already used or for another phase (ignored)."""
     malformed: int = 0
-    """Datagrams that failed validation or were not for this worker (ignored)."""
+    """Datagrams that failed validation, or were not from the switch or not for this worker
+    (ignored)."""
+    send_errors: int = 0
+    """Sends the kernel refused (counted as lost; the timer resends)."""
     slots: int = 0
     """Slots the switch granted (0: it had none)."""
     fell_back: bool = False
@@ -97,15 +100,22 @@ class _Link:
     """The worker's socket to the switch, with faults on sends and validated receives."""
 
     def __init__(self, switch: Address, faults: Faults, stats: WorkerStats, who: str) -> None:
-        host = switch[0]
-        loopback = host == "localhost" or ipaddress.ip_address(
-            socket.gethostbyname(host)).is_loopback
+        try:
+            self.switch = (socket.gethostbyname(switch[0]), int(switch[1]))
+        except (OSError, ValueError, IndexError, TypeError) as e:
+            raise InaError(f"{who}: bad switch address {switch!r} ({e}); pass (host, port)"
+                           ) from None
+        loopback = ipaddress.ip_address(self.switch[0]).is_loopback
         self.sock = open_socket("127.0.0.1" if loopback else "0.0.0.0", 0)
-        self.switch, self.faults, self.stats, self.who = switch, faults, stats, who
+        self.faults, self.stats, self.who = faults, stats, who
 
     def send(self, data: bytes) -> None:
+        """Send to the switch; a failed send counts as a lost packet (the timer resends)."""
         self.stats.sent += 1
-        self.faults.sendto(self.sock, data, self.switch)
+        try:
+            self.faults.sendto(self.sock, data, self.switch)
+        except OSError:
+            self.stats.send_errors += 1
 
     def recv(self, wait: float) -> tuple[Header, memoryview] | None:
         """The next valid datagram from the switch within ``wait`` s, else ``None``."""
@@ -113,6 +123,9 @@ class _Link:
         try:
             data, addr = self.sock.recvfrom(65536)
         except (TimeoutError, ConnectionError):
+            return None
+        if addr != self.switch:
+            self.stats.malformed += 1
             return None
         try:
             h, payload = unpack(data)

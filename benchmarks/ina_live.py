@@ -1,13 +1,14 @@
-"""Live in-network aggregation vs a ring allreduce, 4 workers on one machine.
+"""Live in-network aggregation vs ring allreduces, 4 workers on one machine.
 
     PYTHONPATH=src python benchmarks/ina_live.py --ranks 4 --sizes 1,16,64 --loss 0,0.05
 
 INA: ``ina_allreduce`` through a ``commflow ina switch`` process on UDP loopback, with the
-drop probability injected on every worker's and the switch's sends. Ring: the runtime's
-``ring`` allreduce over commflow's shared-memory communicator (the same processes; no loss,
-shared memory cannot drop). Prints per size (MiB, float32) and loss: the slowest rank's median
-time of ``--reps`` calls, algbw (GB/s), retransmissions per call and the largest error found
-relative to the protocol's bound (must stay <= 1).
+drop probability injected on every worker's and the switch's sends. UDP ring: the end-host
+ring of :mod:`commflow.ina.ring` between the same processes over UDP loopback, with the same
+loss on every send. shm ring: the runtime's ``ring`` allreduce over commflow's shared-memory
+communicator (no loss: shared memory cannot drop). Prints per size (MiB, float32) and loss the
+slowest rank's median time of ``--reps`` calls, algbw (GB/s), retransmissions per call (all
+ranks) and the largest INA error found relative to the protocol's bound (must stay <= 1).
 """
 
 from __future__ import annotations
@@ -24,40 +25,55 @@ import numpy as np
 
 import commflow.runtime as runtime
 from commflow.ina import Faults, WorkerStats, error_bound, ina_allreduce
+from commflow.ina.ring import udp_ring_allreduce
+from commflow.ina.switch import open_socket
 
 
 def _rank(rank: int, nranks: int, job: str, addr: tuple[str, int], sizes: list[int],
           loss: float, reps: int, slots: int, values: int, queue) -> None:
     comm = runtime.init(rank=rank, world_size=nranks, job=job, timeout=600)
     faults = Faults(drop=loss, seed=1000 + rank)
+    sock = open_socket("127.0.0.1", 0)
+    ports = comm.allgather(np.array([sock.getsockname()[1]], np.int64))
+    peers = [("127.0.0.1", int(p)) for p in ports]
+    call = 0
     for mib in sizes:
         xs = [np.random.default_rng(r).standard_normal(mib << 18).astype(np.float32)
               for r in range(nranks)]
-        ina, ring, retx, worst = [], [], 0, 0.0
+        times: dict[str, list[float]] = {"ina": [], "udp": [], "shm": []}
+        retx = np.zeros(2, np.int64)
         comm.allreduce(xs[rank], algo="ring")
         for _ in range(reps):
-            stats = WorkerStats()
+            ina, udp = WorkerStats(), WorkerStats()
             comm.barrier()
             t = time.perf_counter()
             y = ina_allreduce(xs[rank], switch=addr, rank=rank, nranks=nranks, slots=slots,
-                              faults=faults, stats=stats, timeout=120)
-            ina.append(time.perf_counter() - t)
-            retx += stats.retransmits
+                              faults=faults, stats=ina, timeout=120)
+            times["ina"].append(time.perf_counter() - t)
+            comm.barrier()
+            t = time.perf_counter()
+            udp_ring_allreduce(xs[rank], sock, peers, rank=rank, call=call, faults=faults,
+                               stats=udp, timeout=120)
+            times["udp"].append(time.perf_counter() - t)
+            call += 1
             comm.barrier()
             t = time.perf_counter()
             comm.allreduce(xs[rank], algo="ring")
-            ring.append(time.perf_counter() - t)
+            times["shm"].append(time.perf_counter() - t)
+            retx += [ina.retransmits, udp.retransmits]
         exact = np.sum([x.astype(np.float64) for x in xs], axis=0)
         bound = error_bound(xs, values) + np.spacing(np.abs(exact).astype(np.float32))
         worst = float(np.max(np.abs(y.astype(np.float64) - exact) / bound))
-        times = comm.allreduce(np.array([np.median(ina), np.median(ring)]), "max")
-        retx_all = int(comm.allreduce(np.array([retx]), "sum")[0])
+        slowest = comm.allreduce(np.array([np.median(times[k]) for k in ("ina", "udp", "shm")]),
+                                 "max")
+        retx = comm.allreduce(retx, "sum") / reps
         worst = float(comm.allreduce(np.array([worst]), "max")[0])
         if rank == 0:
-            nbytes = mib << 20
-            queue.put(f"| {mib} | {loss:.0%} | {1e3 * times[0]:.0f} | {nbytes / times[0] / 1e9:.3f}"
-                      f" | {retx_all / reps:.0f} | {worst:.2f} | {1e3 * times[1]:.1f} | "
-                      f"{nbytes / times[1] / 1e9:.2f} |")
+            gbs = [(mib << 20) / t / 1e9 for t in slowest]
+            queue.put(f"| {mib} | {loss:.0%} | {1e3 * slowest[0]:.0f} | {gbs[0]:.3f} | "
+                      f"{retx[0]:.0f} | {worst:.2f} | {1e3 * slowest[1]:.0f} | {gbs[1]:.3f} | "
+                      f"{retx[1]:.0f} | {1e3 * slowest[2]:.1f} | {gbs[2]:.2f} |")
+    sock.close()
     if rank == 0:
         queue.put(None)
 
@@ -85,8 +101,9 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"{args.ranks} workers, switch: {args.slots} slots x {args.values} values per packet")
-    print("| MiB | loss | INA ms | INA GB/s | retransmits | err/bound | ring ms | ring GB/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| MiB | loss | INA ms | INA GB/s | INA retx | err/bound | UDP ring ms | UDP ring GB/s "
+          "| ring retx | shm ring ms | shm ring GB/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for loss in (float(p) for p in args.loss.split(",")):
         proc, addr = _switch(args.ranks, args.slots, args.values, loss)
         queue = mp.Queue()

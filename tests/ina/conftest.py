@@ -1,18 +1,22 @@
-"""A ``commflow ina switch`` process on loopback, and worker threads that call it."""
+"""Switches on loopback (a ``commflow ina switch`` process, or a forked ``run_switch``, which
+starts in milliseconds), and worker threads that call them."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import asdict
 
 import numpy as np
 import pytest
 
-from commflow.ina import Faults, WorkerStats, ina_allreduce
+from commflow.ina import Faults, WorkerStats, ina_allreduce, run_switch
 
 
 class SwitchProcess:
@@ -34,6 +38,57 @@ class SwitchProcess:
         out, err = self.proc.communicate(timeout=10)
         assert self.proc.returncode == 0, err
         return out
+
+
+class ForkedSwitch:
+    """``run_switch`` in a forked child (no interpreter start-up): ``addr``, and ``stop()``
+    returns its statistics (with the faults' ``dropped`` and ``duplicated``) as a dict."""
+
+    def __init__(self, nranks: int, slots: int = 64, *, values: int = 256, loss: float = 0.0,
+                 dup: float = 0.0, lease: float = 30.0) -> None:
+        read, write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            status = 1
+            try:
+                os.close(read)
+                stop = threading.Event()
+                signal.signal(signal.SIGTERM, lambda *_: stop.set())
+                faults = Faults(drop=loss, duplicate=dup, seed=7)
+                stats = run_switch("127.0.0.1", 0, nranks, slots, values=values, faults=faults,
+                                   lease=lease, stop=stop,
+                                   ready=lambda a: os.write(write, f"{a[1]}\n".encode()))
+                os.write(write, json.dumps({**asdict(stats), "dropped": faults.dropped,
+                                            "duplicated": faults.duplicated}).encode())
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write)
+        self.pipe = os.fdopen(read)
+        self.addr = ("127.0.0.1", int(self.pipe.readline()))
+
+    def stop(self) -> dict:
+        os.kill(self.pid, signal.SIGTERM)
+        stats = json.loads(self.pipe.read())
+        assert os.waitpid(self.pid, 0)[1] == 0
+        self.pipe.close()
+        return stats
+
+
+@pytest.fixture
+def forked():
+    """``forked(nranks, ...) -> ForkedSwitch``; every one started is stopped at the end."""
+    started: list[ForkedSwitch] = []
+
+    def start(*args, **kwargs) -> ForkedSwitch:
+        started.append(ForkedSwitch(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    for s in started:
+        if not s.pipe.closed:
+            os.kill(s.pid, signal.SIGKILL)
+            os.waitpid(s.pid, 0)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""ATP-style fallback: when another job holds every slot, ranks sum on their communicator."""
+"""ATP-style fallback: when another job holds every slot, ranks sum on their communicator, or
+by a ring over UDP among the addresses the switch lists."""
 
 import io
 import socket
@@ -56,8 +57,15 @@ def test_fallback_to_the_communicator_when_slots_are_taken(switch, tmp_path):
 
     xs = [np.ones(10), np.ones(10)]
     with pytest.raises(InaNoSlotsError, match="job 0 rank .*/2: the switch has no free "
-                                              "aggregator slot .* pass comm="):
-        allreduce_threads(xs, sw.addr, timeout=5)
+                                              "aggregator slot .* fallback=True"):
+        allreduce_threads(xs, sw.addr, timeout=5, fallback=False)
+
+    rng = np.random.default_rng(4)
+    ys = [rng.standard_normal(5000) for _ in range(2)]
+    outs, stats = allreduce_threads(ys, sw.addr, drop=0.05, timeout=10)
+    assert all(s.fell_back and s.slots == 0 for s in stats)
+    assert all((out == ys[0] + ys[1]).all() for out in outs)
+    assert sum(s.retransmits for s in stats) > 0
 
     for w in range(2):
         sock.sendto(pack(Header(Kind.LEAVE, 9, session, w, 2)), sw.addr)
@@ -66,4 +74,4 @@ def test_fallback_to_the_communicator_when_slots_are_taken(switch, tmp_path):
     outs, stats = allreduce_threads(xs, sw.addr, slots=8)
     assert [s.slots for s in stats] == [4, 4] and not stats[0].fell_back
     assert outs[0].tolist() == [2.0] * 10
-    assert "4 sessions (2 refused)" in sw.stop()
+    assert "5 sessions (3 refused)" in sw.stop()

@@ -6,6 +6,7 @@ per-block power-of-two scaling, retransmission on loss, and an end-host fallback
 has no slot for the job (ATP). docs/ina.md describes the protocol and its error bound.
 """
 
+from commflow.ina._common import WorkerStats
 from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
     InaError,
@@ -14,8 +15,9 @@ from commflow.ina.protocol import (
     InaTimeoutError,
     error_bound,
 )
+from commflow.ina.ring import udp_ring_allreduce
 from commflow.ina.switch import Switch, SwitchStats, run_switch
-from commflow.ina.worker import WorkerStats, ina_allreduce
+from commflow.ina.worker import ina_allreduce
 
 __all__ = [
     "Faults",
@@ -29,4 +31,5 @@ __all__ = [
     "error_bound",
     "ina_allreduce",
     "run_switch",
+    "udp_ring_allreduce",
 ]

@@ -14,7 +14,8 @@ session    u16    switch-assigned per JOIN..LEAVE session; stale packets carry a
 worker     u16    sender's rank (``RESULT``/``JOINED``/``LEFT``: the addressee)
 nworkers   u16    ranks in the job
 slot       u16    job-local slot index (``JOIN``: slots wanted; ``JOINED``: slots granted)
-count      u16    int32 values in the payload (``JOINED``: values per packet)
+count      u16    int32 values in the payload (``JOINED``: values per packet; ``NOSLOT``: the
+                  workers' addresses that follow, 4-byte IPv4 and port each)
 exp        i16    ``DATA``: the sender's exponent of the *next* block on this slot;
                   ``RESULT``: the maximum over the workers (:data:`EMPTY` for all-zero)
 phase      u32    use number of the slot (0: exponent bootstrap, j >= 1: its j-th block)
@@ -35,6 +36,7 @@ ulp.
 from __future__ import annotations
 
 import enum
+import socket
 import struct
 from typing import NamedTuple
 
@@ -46,6 +48,8 @@ MAGIC = b"CFIN"
 VERSION = 1
 HEADER = struct.Struct("!4sBBBBHHHHHHhIQ")
 WIRE = np.dtype(">i4")
+PEER = struct.Struct("!4sH")
+"""A worker's IPv4 address and port, as ``NOSLOT`` lists them for the end-host fallback."""
 EMPTY = -(2**15)
 """The exponent of an all-zero block (smaller than any real one)."""
 MAX_VALUES = (65507 - HEADER.size) // 4
@@ -154,14 +158,25 @@ def unpack(data: bytes) -> tuple[Header, memoryview]:
         raise InaProtocolError(f"unknown kind {kind} or reason {reason}")
     kind = _KINDS[kind]
     payload = memoryview(data)[HEADER.size:]
-    has_values = kind in (Kind.DATA, Kind.RESULT)
-    if len(payload) != (4 * count if has_values else 0):
+    size = {Kind.DATA: 4, Kind.RESULT: 4, Kind.NOSLOT: PEER.size}.get(kind, 0)
+    if len(payload) != size * count:
         raise InaProtocolError(f"{kind.name} datagram: header says {count} values but "
                                f"{len(payload)} payload bytes follow")
     if flags > 1:
         raise InaProtocolError(f"{kind.name} datagram: unknown flags {flags:#x}")
     return Header(kind, job, session, worker, nworkers, slot, count, exp, phase, offset, flags,
                   _REASONS[reason]), payload
+
+
+def pack_peers(addrs: list[tuple[str, int]]) -> bytes:
+    """The ``NOSLOT`` payload: every worker's address, in rank order."""
+    return b"".join(PEER.pack(socket.inet_aton(host), port) for host, port in addrs)
+
+
+def unpack_peers(payload: memoryview, count: int) -> list[tuple[str, int]]:
+    """The workers' addresses of a ``NOSLOT`` payload."""
+    return [(socket.inet_ntoa(ip), port) for ip, port in
+            (PEER.unpack_from(payload, i * PEER.size) for i in range(count))]
 
 
 def shift(nworkers: int) -> int:

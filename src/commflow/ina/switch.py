@@ -3,7 +3,8 @@
 The switch holds ``slots`` rows of ``values`` integers, each in two shadow copies (versions 0
 and 1). A job's workers JOIN (a barrier): the first JOIN grants the job up to the slots it asks
 for from the free pool, or none (``NOSLOT``: ATP's fallback to end-host aggregation) when the
-pool is empty; the answer goes to every worker once all have joined. In the data phase a worker
+pool is empty, with every worker's address so that they can sum among themselves; the answer
+goes to every worker once all have joined. In the data phase a worker
 keeps each of its slots busy with one block at a time: phase ``j`` of a slot uses copy
 ``j mod 2``. The switch adds the payload into the copy and sets the worker's bit; a second copy
 of the same packet (a retransmission or duplicate) is not added again. When all ``n`` bits are
@@ -39,6 +40,7 @@ from commflow.ina.protocol import (
     Kind,
     Reason,
     pack,
+    pack_peers,
     unpack,
 )
 
@@ -185,10 +187,13 @@ class Switch:
         job.joined |= 1 << h.worker
         if job.joined != self._full:
             return []
-        kind = Kind.JOINED if job.slots else Kind.NOSLOT
         to = range(self.nworkers) if was != self._full else [h.worker]
-        return [(pack(Header(kind, h.job, job.session, w, self.nworkers, len(job.slots),
-                             self.values)), job.addrs[w]) for w in to]
+        if not job.slots:
+            peers = pack_peers(job.addrs)
+            return [(pack(Header(Kind.NOSLOT, h.job, job.session, w, self.nworkers, 0,
+                                 self.nworkers), peers), job.addrs[w]) for w in to]
+        return [(pack(Header(Kind.JOINED, h.job, job.session, w, self.nworkers,
+                             len(job.slots), self.values)), job.addrs[w]) for w in to]
 
     def _leave(self, h: Header, addr: Address) -> list[tuple[bytes, Address]]:
         job = self._jobs.get(h.job)

@@ -20,10 +20,10 @@ import heapq
 import ipaddress
 import socket
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
+from commflow.ina._common import Rto, WorkerStats
 from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
     EMPTY,
@@ -40,60 +40,12 @@ from commflow.ina.protocol import (
     quantize,
     shift,
     unpack,
+    unpack_peers,
 )
+from commflow.ina.ring import udp_ring_allreduce
 from commflow.ina.switch import open_socket
 
 Address = tuple[str, int]
-
-
-@dataclass
-class WorkerStats:
-    """What one :func:`ina_allreduce` call did on this worker."""
-
-    sent: int = 0
-    """Datagrams sent (retransmissions included)."""
-    retransmits: int = 0
-    """Datagrams sent again after a timeout."""
-    results: int = 0
-    """Results used."""
-    duplicates: int = 0
-    """Results already used or for another phase (ignored)."""
-    malformed: int = 0
-    """Datagrams that failed validation, or were not from the switch or not for this worker
-    (ignored)."""
-    send_errors: int = 0
-    """Sends the kernel refused (counted as lost; the timer resends)."""
-    slots: int = 0
-    """Slots the switch granted (0: it had none)."""
-    fell_back: bool = False
-    """Whether the sum was computed by the end-host fallback."""
-    rto: float = 0.0
-    """Retransmission timeout at the end (seconds)."""
-
-
-class _Rto:
-    """Adaptive retransmission timeout (RFC 6298)."""
-
-    def __init__(self, initial: float, lo: float, hi: float) -> None:
-        self.value, self.lo, self.hi = initial, lo, hi
-        self.srtt: float | None = None
-        self.var = 0.0
-        self._backed_off = 0.0
-
-    def sample(self, rtt: float) -> None:
-        if self.srtt is None:
-            self.srtt, self.var = rtt, rtt / 2
-        else:
-            self.var = 0.75 * self.var + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
-        self.value = min(self.hi, max(self.lo, self.srtt + 4 * self.var))
-
-    def backoff(self, now: float) -> None:
-        """Double the timeout, once per timeout interval (a burst of expiries is one loss
-        event, not one per slot)."""
-        if now - self._backed_off >= self.value:
-            self.value = min(self.hi, 2 * self.value)
-            self._backed_off = now
 
 
 class _Link:
@@ -140,7 +92,7 @@ class _Link:
 
 
 def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: float,
-             what: str) -> Header:
+             what: str) -> tuple[Header, memoryview]:
     """Send ``request`` until the switch answers with one of ``replies`` (same job/worker)."""
     interval, resend = 0.02, 0.0
     while True:
@@ -161,11 +113,11 @@ def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: 
         elif h.kind is Kind.REJECT and h.session == request.session:
             raise link.refused(h, request.kind.name)
         elif h.kind in replies and (request.session == 0 or h.session == request.session):
-            return h
+            return got
 
 
 def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nranks: int,
-            timeout: float, rto: _Rto) -> None:
+            timeout: float, rto: Rto) -> None:
     """Aggregate ``flat`` into ``out`` through the switch's granted slots."""
     values, q = joined.count, shift(nranks)
     nblocks = -(-flat.size // values)
@@ -245,18 +197,20 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
 
 
 def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int, job: int = 0,
-                  slots: int = 64, timeout: float = 30.0, comm=None, faults: Faults | None = None,
-                  stats: WorkerStats | None = None, min_rto: float = 0.02,
-                  max_rto: float = 1.0) -> np.ndarray:
+                  slots: int = 64, timeout: float = 30.0, fallback: bool = True, comm=None,
+                  faults: Faults | None = None, stats: WorkerStats | None = None,
+                  min_rto: float = 0.02, max_rto: float = 1.0) -> np.ndarray:
     """The sum over ``nranks`` workers of ``array`` (float32 or float64, any shape), computed
     by the switch at ``switch = (host, port)``; every rank calls it with the same shape.
 
     ``slots`` is how many aggregator slots (packets in flight) to ask for. When the switch has
-    none free for ``job`` (another job holds them), the sum is computed by a ring allreduce on
-    ``comm`` (a :class:`~commflow.runtime.Communicator` of the same ranks), or
-    :class:`InaNoSlotsError` is raised when ``comm`` is ``None``. ``faults`` (default: from
-    ``COMMFLOW_INA_*``) injects loss on this worker's sends; ``stats`` is filled if given.
-    The error per element is at most :func:`~commflow.ina.protocol.error_bound`.
+    none free for ``job`` (another job holds them) the workers sum on the end hosts (ATP): by
+    the runtime's ring allreduce on ``comm`` (a :class:`~commflow.runtime.Communicator` of the
+    same ranks) when given, else by :func:`~commflow.ina.ring.udp_ring_allreduce` among the
+    addresses the switch lists; with ``fallback=False`` :class:`InaNoSlotsError` is raised.
+    ``faults`` (default: from ``COMMFLOW_INA_*``) injects loss on this worker's sends;
+    ``stats`` is filled if given. The error per element is at most
+    :func:`~commflow.ina.protocol.error_bound`.
     """
     x = np.asarray(array)
     if x.dtype not in (np.float32, np.float64):
@@ -275,25 +229,30 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
     faults = Faults.from_env(salt=rank) if faults is None else faults
     who = f"ina_allreduce job {job} rank {rank}/{nranks}"
     link = _Link(switch, faults, stats, who)
-    rto = _Rto(0.05, min_rto, max_rto)
+    rto = Rto(0.05, min_rto, max_rto)
     try:
         start = time.monotonic()
-        joined = _barrier(link, Header(Kind.JOIN, job, 0, rank, nranks, slots),
-                          (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
+        joined, payload = _barrier(link, Header(Kind.JOIN, job, 0, rank, nranks, slots),
+                                   (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
         stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
         out = np.zeros_like(flat)
         if joined.kind is Kind.JOINED:
             _stream(link, flat, out, joined, nranks, timeout, rto)
-        elif comm is not None:
+        elif fallback and comm is not None:
             stats.fell_back = True
             out = comm.allreduce(flat, algo="ring")
+        elif fallback:
+            stats.fell_back = True
+            out = udp_ring_allreduce(flat, link.sock, unpack_peers(payload, joined.count),
+                                     rank=rank, call=joined.session, timeout=timeout,
+                                     faults=faults, stats=stats)
         leave = Header(Kind.LEAVE, job, joined.session, rank, nranks)
         _barrier(link, leave, (Kind.LEFT,), time.monotonic() + timeout, "LEFT")
     finally:
         link.sock.close()
         stats.rto = rto.value
-    if joined.kind is Kind.NOSLOT and comm is None:
+    if joined.kind is Kind.NOSLOT and not fallback:
         raise InaNoSlotsError(f"{who}: the switch has no free aggregator slot (other jobs "
-                              "hold them all); pass comm= to fall back to an end-host ring "
-                              "allreduce, or start the switch with more --slots")
+                              "hold them all); allow fallback=True to sum on the end hosts, "
+                              "or start the switch with more --slots")
     return out.astype(x.dtype, copy=False).reshape(x.shape)

@@ -5,7 +5,8 @@
 INA: ``ina_allreduce`` through a ``commflow ina switch`` process on UDP loopback, with the
 drop probability injected on every worker's and the switch's sends. UDP ring: the end-host
 ring of :mod:`commflow.ina.ring` between the same processes over UDP loopback, with the same
-loss on every send. shm ring: the runtime's ``ring`` allreduce over commflow's shared-memory
+loss on every send, the same packet size (float32 values) and as many packets in flight as the
+switch has slots. shm ring: the runtime's ``ring`` allreduce over commflow's shared-memory
 communicator (no loss: shared memory cannot drop). Prints per size (MiB, float32) and loss the
 slowest rank's median time of ``--reps`` calls, algbw (GB/s), retransmissions per call (all
 ranks) and the largest INA error found relative to the protocol's bound (must stay <= 1).
@@ -52,8 +53,8 @@ def _rank(rank: int, nranks: int, job: str, addr: tuple[str, int], sizes: list[i
             times["ina"].append(time.perf_counter() - t)
             comm.barrier()
             t = time.perf_counter()
-            udp_ring_allreduce(xs[rank], sock, peers, rank=rank, call=call, faults=faults,
-                               stats=udp, timeout=120)
+            udp_ring_allreduce(xs[rank], sock, peers, rank=rank, call=call, values=values,
+                               window=slots, faults=faults, stats=udp, timeout=120)
             times["udp"].append(time.perf_counter() - t)
             call += 1
             comm.barrier()

@@ -14,9 +14,11 @@ from commflow.ina.protocol import (
     error_bound,
     exponents,
     pack,
+    pack_peers,
     quantize,
     shift,
     unpack,
+    unpack_peers,
 )
 
 
@@ -43,6 +45,14 @@ def test_header_round_trip():
 def test_malformed_datagrams_raise(data, message):
     with pytest.raises(InaProtocolError, match=message):
         unpack(data)
+
+
+def test_noslot_lists_the_workers_addresses():
+    peers = [("127.0.0.1", 40000), ("10.0.0.2", 65535)]
+    h, payload = unpack(pack(Header(Kind.NOSLOT, 1, count=2), pack_peers(peers)))
+    assert unpack_peers(payload, h.count) == peers
+    with pytest.raises(InaProtocolError, match="header says 3 values but 12 payload bytes"):
+        unpack(pack(Header(Kind.NOSLOT, 1, count=3), pack_peers(peers)))
 
 
 def test_reject_carries_reason():

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from commflow.ina.protocol import EMPTY, Header, Kind, Reason, pack, unpack
+from commflow.ina.protocol import EMPTY, Header, Kind, Reason, pack, unpack, unpack_peers
 from commflow.ina.switch import Switch
 
 ADDRS = [("127.0.0.1", 5000 + w) for w in range(4)]
@@ -120,6 +120,9 @@ def test_noslot_when_the_pool_is_taken_and_leave_frees_it():
     assert sw.free_slots == 0
     refused = join(sw, job=2)
     assert {h.kind for h, _, _ in refused} == {Kind.NOSLOT}
+    raw = sw.handle(pack(Header(Kind.JOIN, 2, 0, 1, 2, 1)), ADDRS[1], now=0.0)
+    h, payload = unpack(raw[0][0])
+    assert (h.kind, h.count, unpack_peers(payload, h.count)) == (Kind.NOSLOT, 2, ADDRS[:2])
     assert sw.stats.refused == 1
     leave = Header(Kind.LEAVE, 1, 1, 0, 2)
     assert sw.handle(pack(leave), ADDRS[0], now=0.0) == []

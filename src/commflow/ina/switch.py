@@ -2,17 +2,17 @@
 
 The switch holds ``slots`` rows of ``values`` integers, each in two shadow copies (versions 0
 and 1). A job's workers JOIN (a barrier): the first JOIN grants the job up to the slots it asks
-for from the free pool, or none (``NOSLOT``: ATP's fallback to end-host aggregation) when the
-pool is empty, with every worker's address so that they can sum among themselves; the answer
-goes to every worker once all have joined. In the data phase a worker
-keeps each of its slots busy with one block at a time: phase ``j`` of a slot uses copy
-``j mod 2``. The switch adds the payload into the copy and sets the worker's bit; a second copy
-of the same packet (a retransmission or duplicate) is not added again. When all ``n`` bits are
-set it sends the sum to every worker (one numpy add per packet, one clip per result). Phase
-``j + 2`` reuses the copy only after every worker has received phase ``j + 1``'s result, and so
-phase ``j``'s, so a retransmission of phase ``j`` whose result was lost still finds it in its
-copy and gets it back. LEAVE is the closing barrier: when all have left, the slots return to
-the pool. A job idle for ``lease`` seconds (a worker died) is freed too.
+for from the free pool, or none when the pool is empty (``NOSLOT``, with every worker's address,
+so that they sum among themselves: ATP's fallback to end-host aggregation); the answer goes to
+every worker once all have joined. In the data phase a worker keeps each of its slots busy with
+one block at a time: phase ``j`` of a slot uses copy ``j mod 2``. The switch adds the payload
+into the copy and sets the worker's bit; a second copy of the same packet (a retransmission or
+duplicate) is not added again. When all ``n`` bits are set it sends the sum to every worker
+(one numpy add per packet, one clip per result). Phase ``j + 2`` reuses the copy only after
+every worker has received phase ``j + 1``'s result, and so phase ``j``'s, so a retransmission
+of phase ``j`` whose result was lost still finds it in its copy and gets it back. LEAVE is the
+closing barrier: when all have left, the slots return to the pool. A job idle for ``lease``
+seconds (a worker died) is freed too.
 
 Datagrams that fail validation are counted and ignored; ones that parse but break the protocol
 (wrong worker count, slot, phase) are answered with ``REJECT`` and a :class:`Reason`.

@@ -1,8 +1,9 @@
 """The switch's slot logic on the unit level: no sockets, ``Switch.handle`` only."""
 
 import numpy as np
+import pytest
 
-from commflow.ina.protocol import EMPTY, Header, Kind, Reason, pack, unpack, unpack_peers
+from commflow.ina.protocol import EMPTY, Header, InaError, Kind, Reason, pack, unpack, unpack_peers
 from commflow.ina.switch import Switch
 
 ADDRS = [("127.0.0.1", 5000 + w) for w in range(4)]
@@ -138,3 +139,12 @@ def test_idle_job_expires_after_its_lease():
     assert sw.free_slots == 0
     assert sw.expire(now=4.0) == [] and sw.expire(now=6.0) == [3]
     assert sw.free_slots == 4
+
+
+def test_sizes_are_validated():
+    for kwargs, message in [({"nworkers": 65, "slots": 4}, "65 workers; use 1 to 64"),
+                            ({"nworkers": 2, "slots": 0}, "slots 0 must be in"),
+                            ({"nworkers": 2, "slots": 4, "values": 20000}, "values per packet"),
+                            ({"nworkers": 2, "slots": 65535, "values": 16368}, "MiB; keep")]:
+        with pytest.raises(InaError, match=message):
+            Switch(**kwargs)

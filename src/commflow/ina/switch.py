@@ -107,6 +107,10 @@ class Switch:
         if not 1 <= self.slots <= 65535 or not 1 <= self.values <= MAX_VALUES:
             raise InaError(f"ina switch: slots {self.slots} must be in [1, 65535] and values "
                            f"per packet {self.values} in [1, {MAX_VALUES}]")
+        if self.slots * self.values > 1 << 26:
+            raise InaError(f"ina switch: {self.slots} slots x {self.values} values would hold "
+                           f"{16 * self.slots * self.values >> 20} MiB; keep slots x values "
+                           f"<= {1 << 26}")
         self._acc = np.zeros((2, self.slots, self.values), np.int64)
         self._phase = [[-2] * self.slots, [-1] * self.slots]
         self._seen = [[0] * self.slots, [0] * self.slots]

@@ -17,6 +17,7 @@ from commflow.cli import (
     algos,
     cluster,
     doctor,
+    ina,
     p2p,
     plan,
     program,
@@ -45,6 +46,7 @@ app = typer.Typer(
 )
 app.add_typer(topo.app, name="topo")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(ina.app, name="ina")
 app.command("algos")(algos.algos)
 app.command("build")(program.build)
 app.command("verify")(program.verify)

@@ -1,0 +1,258 @@
+"""The worker side of live in-network aggregation: :func:`ina_allreduce`.
+
+One call is a session: JOIN (a barrier at the switch, which grants slots or answers NOSLOT),
+the data stream, LEAVE (a barrier: the slots return to the pool once every worker has all its
+results). The stream is self-clocked: each granted slot carries one packet at a time; the
+result of phase ``j`` of slot ``s`` brings the agreed exponent of the slot's next block and
+releases phase ``j + 1`` (block ``s + j*k`` of ``k`` slots). Phase 0 carries no values, only
+the exponents of the first ``k`` blocks (SwitchML sends a block's exponent one block ahead).
+
+Loss recovery: a packet not answered within the retransmission timeout is sent again. The
+timeout adapts as TCP's does (Jacobson/Karels, RFC 6298): ``srtt + 4 rttvar`` from samples of
+packets sent once (Karn), within ``[min_rto, max_rto]``, doubled on expiry (at most once per
+timeout interval, since the slots time out together). A call that
+makes no progress for ``timeout`` seconds raises :class:`InaTimeoutError`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import ipaddress
+import socket
+import time
+
+import numpy as np
+
+from commflow.ina._common import Rto, WorkerStats
+from commflow.ina.faults import Faults
+from commflow.ina.protocol import (
+    EMPTY,
+    REASONS,
+    Header,
+    InaError,
+    InaNoSlotsError,
+    InaProtocolError,
+    InaTimeoutError,
+    Kind,
+    dequantize,
+    exponents,
+    pack,
+    quantize,
+    shift,
+    unpack,
+    unpack_peers,
+)
+from commflow.ina.ring import udp_ring_allreduce
+from commflow.ina.switch import open_socket
+
+Address = tuple[str, int]
+
+
+class _Link:
+    """The worker's socket to the switch, with faults on sends and validated receives."""
+
+    def __init__(self, switch: Address, faults: Faults, stats: WorkerStats, who: str) -> None:
+        try:
+            self.switch = (socket.gethostbyname(switch[0]), int(switch[1]))
+        except (OSError, ValueError, IndexError, TypeError) as e:
+            raise InaError(f"{who}: bad switch address {switch!r} ({e}); pass (host, port)"
+                           ) from None
+        loopback = ipaddress.ip_address(self.switch[0]).is_loopback
+        self.sock = open_socket("127.0.0.1" if loopback else "0.0.0.0", 0)
+        self.faults, self.stats, self.who = faults, stats, who
+
+    def send(self, data: bytes) -> None:
+        """Send to the switch; a failed send counts as a lost packet (the timer resends)."""
+        self.stats.sent += 1
+        try:
+            self.faults.sendto(self.sock, data, self.switch)
+        except OSError:
+            self.stats.send_errors += 1
+
+    def recv(self, wait: float) -> tuple[Header, memoryview] | None:
+        """The next valid datagram from the switch within ``wait`` s, else ``None``."""
+        self.sock.settimeout(max(wait, 1e-4))
+        try:
+            data, addr = self.sock.recvfrom(65536)
+        except (TimeoutError, ConnectionError):
+            return None
+        if addr != self.switch:
+            self.stats.malformed += 1
+            return None
+        try:
+            h, payload = unpack(data)
+        except InaProtocolError:
+            self.stats.malformed += 1
+            return None
+        return h, payload
+
+    def refused(self, h: Header, what: str) -> InaProtocolError:
+        return InaProtocolError(f"{self.who}: the switch at {self.switch[0]}:{self.switch[1]} "
+                                f"refused {what}: {REASONS[h.reason]}")
+
+
+def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: float,
+             what: str) -> tuple[Header, memoryview]:
+    """Send ``request`` until the switch answers with one of ``replies`` (same job/worker)."""
+    interval, resend = 0.02, 0.0
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            raise InaTimeoutError(f"{link.who}: no {what} from the switch at {link.switch[0]}:"
+                                  f"{link.switch[1]}; is it running with -n "
+                                  f"{request.nworkers}, and have all ranks called it?")
+        if now >= resend:
+            link.send(pack(request))
+            resend, interval = now + interval, min(0.5, 2 * interval)
+        got = link.recv(min(resend, deadline) - now)
+        if got is None:
+            continue
+        h = got[0]
+        if h.job != request.job or h.worker != request.worker:
+            link.stats.malformed += 1
+        elif h.kind is Kind.REJECT and h.session == request.session:
+            raise link.refused(h, request.kind.name)
+        elif h.kind in replies and (request.session == 0 or h.session == request.session):
+            return got
+
+
+def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nranks: int,
+            timeout: float, rto: Rto) -> None:
+    """Aggregate ``flat`` into ``out`` through the switch's granted slots."""
+    values, q = joined.count, shift(nranks)
+    nblocks = -(-flat.size // values)
+    k = min(joined.slot, nblocks)
+    local = exponents(flat, values)
+    last = [len(range(s, nblocks, k)) for s in range(k)]
+    phase, agreed = [0] * k, [EMPTY] * k
+    packet: list[bytes] = [b""] * k
+    sent_at, again = [0.0] * k, [False] * k
+    timers: list[tuple[float, int, int]] = []
+    base = Header(Kind.DATA, joined.job, joined.session, joined.worker, nranks)
+
+    def send(s: int, now: float) -> None:
+        j = phase[s]
+        ahead = s + j * k
+        exp = int(local[ahead]) if ahead < nblocks else EMPTY
+        lo = (s + (j - 1) * k) * values if j else 0
+        hi = min(lo + values, flat.size) if j else 0
+        body = quantize(flat[lo:hi], agreed[s], q) if j else b""
+        packet[s] = pack(Header(Kind.DATA, base.job, base.session, base.worker, nranks, s,
+                                hi - lo, exp, j, lo, j & 1), body)
+        sent_at[s], again[s] = now, False
+        link.send(packet[s])
+        heapq.heappush(timers, (now + rto.value, s, j))
+
+    now = time.monotonic()
+    for s in range(k):
+        send(s, now)
+    remaining, progress = k, now
+    while remaining:
+        now = time.monotonic()
+        while timers and timers[0][0] <= now:
+            _, s, j = heapq.heappop(timers)
+            if phase[s] == j:
+                rto.backoff(now)
+                again[s] = True
+                link.stats.retransmits += 1
+                link.send(packet[s])
+                heapq.heappush(timers, (now + rto.value, s, j))
+        if now - progress > timeout:
+            waiting = [s for s in range(k) if phase[s] <= last[s]]
+            raise InaTimeoutError(
+                f"{link.who}: no result for {timeout:.1f} s (slots {waiting[:8]} at phases "
+                f"{[phase[s] for s in waiting[:8]]}); a worker may have died or the switch "
+                f"at {link.switch[0]}:{link.switch[1]} stopped")
+        got = link.recv(min(timers[0][0] if timers else now + 0.1, progress + timeout) - now)
+        if got is None:
+            continue
+        h, payload = got
+        now = time.monotonic()
+        if h.kind is Kind.REJECT and h.session == base.session:
+            raise link.refused(h, f"DATA of slot {h.slot} phase {h.phase}")
+        if (h.kind is not Kind.RESULT or h.job != base.job or h.session != base.session
+                or h.worker != base.worker or h.slot >= k):
+            link.stats.malformed += 1
+            continue
+        s = h.slot
+        if h.phase != phase[s] or phase[s] > last[s]:
+            link.stats.duplicates += 1
+            continue
+        if phase[s]:
+            lo = (s + (phase[s] - 1) * k) * values
+            if h.offset != lo or h.count != min(values, flat.size - lo):
+                raise InaProtocolError(f"{link.who}: result for slot {s} phase {h.phase} "
+                                       f"covers [{h.offset}, +{h.count}), expected [{lo}, ...)")
+            out[lo:lo + h.count] = dequantize(payload, agreed[s], q)
+        if not again[s]:
+            rto.sample(now - sent_at[s])
+        link.stats.results += 1
+        agreed[s] = h.exp
+        phase[s] += 1
+        progress = now
+        if phase[s] <= last[s]:
+            send(s, now)
+        else:
+            remaining -= 1
+
+
+def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int, job: int = 0,
+                  slots: int = 64, timeout: float = 30.0, fallback: bool = True, comm=None,
+                  faults: Faults | None = None, stats: WorkerStats | None = None,
+                  min_rto: float = 0.02, max_rto: float = 1.0) -> np.ndarray:
+    """The sum over ``nranks`` workers of ``array`` (float32 or float64, any shape), computed
+    by the switch at ``switch = (host, port)``; every rank calls it with the same shape.
+
+    ``slots`` is how many aggregator slots (packets in flight) to ask for. When the switch has
+    none free for ``job`` (another job holds them) the workers sum on the end hosts (ATP): by
+    the runtime's ring allreduce on ``comm`` (a :class:`~commflow.runtime.Communicator` of the
+    same ranks) when given, else by :func:`~commflow.ina.ring.udp_ring_allreduce` among the
+    addresses the switch lists; with ``fallback=False`` :class:`InaNoSlotsError` is raised.
+    ``faults`` (default: from ``COMMFLOW_INA_*``) injects loss on this worker's sends;
+    ``stats`` is filled if given. The error per element is at most
+    :func:`~commflow.ina.protocol.error_bound`.
+    """
+    x = np.asarray(array)
+    if x.dtype not in (np.float32, np.float64):
+        raise InaError(f"ina_allreduce rank {rank}: float32 or float64 array expected, got "
+                       f"{x.dtype}")
+    if not 0 <= rank < nranks:
+        raise InaError(f"ina_allreduce: rank {rank} is not in [0, {nranks})")
+    if not 1 <= slots <= 65535 or not 0 <= job <= 65535 or timeout <= 0:
+        raise InaError(f"ina_allreduce rank {rank}: slots {slots} must be in [1, 65535], job "
+                       f"{job} in [0, 65535] and timeout {timeout} positive")
+    flat = x.astype(np.float64).reshape(-1)
+    if not np.isfinite(flat).all():
+        raise InaError(f"ina_allreduce rank {rank}: the array holds inf or nan, which cannot "
+                       "be quantized")
+    stats = WorkerStats() if stats is None else stats
+    faults = Faults.from_env(salt=rank) if faults is None else faults
+    who = f"ina_allreduce job {job} rank {rank}/{nranks}"
+    link = _Link(switch, faults, stats, who)
+    rto = Rto(0.05, min_rto, max_rto)
+    try:
+        start = time.monotonic()
+        joined, payload = _barrier(link, Header(Kind.JOIN, job, 0, rank, nranks, slots),
+                                   (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
+        stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
+        out = np.zeros_like(flat)
+        if joined.kind is Kind.JOINED:
+            _stream(link, flat, out, joined, nranks, timeout, rto)
+        elif fallback and comm is not None:
+            stats.fell_back = True
+            out = comm.allreduce(flat, algo="ring")
+        elif fallback:
+            stats.fell_back = True
+            out = udp_ring_allreduce(flat, link.sock, unpack_peers(payload, joined.count),
+                                     rank=rank, call=joined.session, timeout=timeout,
+                                     faults=faults, stats=stats)
+        leave = Header(Kind.LEAVE, job, joined.session, rank, nranks)
+        _barrier(link, leave, (Kind.LEFT,), time.monotonic() + timeout, "LEFT")
+    finally:
+        link.sock.close()
+        stats.rto = rto.value
+    if joined.kind is Kind.NOSLOT and not fallback:
+        raise InaNoSlotsError(f"{who}: the switch has no free aggregator slot (other jobs "
+                              "hold them all); allow fallback=True to sum on the end hosts, "
+                              "or start the switch with more --slots")
+    return out.astype(x.dtype, copy=False).reshape(x.shape)

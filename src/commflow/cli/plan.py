@@ -115,6 +115,7 @@ def plan(
     out.print(
         f"# {escape(spec.name)} on {escape(cluster)} x {escape(accelerator)}, "
         f"global batch {global_batch}, seq {spec.seq}"
+        + (f" ({escape(spec.note)})" if spec.note else "")
     )
     out.print(f"{'plan':<38}" + "".join(f"{h:>11}" for h in HEADER), markup=False)
     for e in results:

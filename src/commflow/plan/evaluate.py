@@ -140,11 +140,12 @@ def _per_microbatch(
         )
     else:
         tp = 2 * collective_time("allreduce", act, plan.tp, 1, links)
-    kv = 2 * plan.mb * model.seq * model.kv_count * (model.hidden // model.heads) * width
+    kv = plan.mb * model.seq * model.kv_width * width
     cp = collective_time("allgather", kv / plan.tp, plan.cp, plan.tp, links)
     ep = 0.0
     if model.experts > 1:
-        ep = 2 * collective_time(
+        share = model.moe_layers / model.layers  # per layer, averaged over dense layers
+        ep = share * 2 * collective_time(
             "alltoall", act * model.top_k / plan.tp, plan.ep, plan.tp * plan.cp, links
         )
     layers = model.layers / (plan.pp * plan.vp)

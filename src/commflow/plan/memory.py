@@ -44,7 +44,7 @@ class Memory:
 def stage_params(model: TransformerSpec, plan: Plan) -> float:
     """Parameters held by one GPU of the first stage (its layers and the embedding); TP
     splits everything, EP splits the experts."""
-    experts = model.experts * model.mlp_matrices * model.hidden * model.ffn_size
+    experts = model.expert_params / model.layers
     per_layer = model.layer_params - experts + experts / plan.ep
     return (model.layers / plan.pp * per_layer + model.embedding_params) / plan.tp
 

@@ -211,9 +211,9 @@ def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterL
     reduce = collective_time(kind, grads, plan.dp, stride, links)
     gather = collective_time("allgather", grads, plan.dp, stride, links) if 0 < plan.zero < 3 \
         else 0.0
-    if not plan.overlap or reduce <= 0:
+    layers = spec.layers // (plan.pp * plan.vp) * plan.vp
+    if not plan.overlap or reduce <= 0 or layers == 1:  # one layer: ready when backward ends
         return reduce + gather
-    layers = spec.layers // plan.pp
     piece = grads / layers
     cost = fitted_cost({piece: collective_time(kind, piece, plan.dp, stride, links),
                         grads: reduce}, name=f"{kind} over dp={plan.dp}")

@@ -10,6 +10,7 @@ reduction (overlapped with its last backward pass when ``plan.overlap``), the op
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from commflow.errors import CommflowError
@@ -65,9 +66,25 @@ class Evaluation:
             f"pipeline={self.pipeline!r})"
         )
 
-    def to_dict(self) -> dict:
-        """The ``--json`` record."""
+    def training(self, tokens: float) -> dict[str, float]:
+        """Training ``tokens`` tokens with this plan: whole steps (the last one full),
+        seconds, days and GPU-hours. Raises ``CommflowError`` unless ``tokens`` > 0."""
+        if isinstance(tokens, bool) or not tokens > 0:
+            raise CommflowError(f"tokens to train must be a number > 0, got {tokens!r}")
+        per_step = round(self.tokens_per_s * self.step_time)  # global batch x sequence
+        steps = math.ceil(tokens / per_step)
+        seconds = steps * self.step_time
         return {
+            "train_tokens": tokens,
+            "steps": steps,
+            "train_time_s": seconds,
+            "train_days": seconds / 86400,
+            "gpu_hours": seconds * self.plan.gpus / 3600,
+        }
+
+    def to_dict(self, train_tokens: float | None = None) -> dict:
+        """The ``--json`` record; with ``train_tokens``, also :meth:`training`'s fields."""
+        record = {
             "plan": self.plan.describe(),
             "step_time_s": self.step_time,
             "tokens_per_s": self.tokens_per_s,
@@ -75,9 +92,13 @@ class Evaluation:
             "tflops_per_gpu_model": self.tflops_per_gpu_model,
             "mfu": self.mfu,
             "memory_per_gpu_gib": self.memory.to_dict()["total"],
+            "memory_gib": self.memory.to_dict(),
             "fits": self.fits,
             "breakdown": dict(self.breakdown),
         }
+        if train_tokens is not None:
+            record.update(self.training(train_tokens))
+        return record
 
 
 def accelerator_for(accelerator: Accelerator | str | None,

@@ -138,9 +138,9 @@ def plan(
         topology = resolve_cluster(cluster, gpus or chosen.gpus)
         results = [evaluate(spec, topology, chosen, accelerator=accelerator, pipeline=pipeline,
                             in_network=in_network)]
-        if timeline:
-            draw_timeline(results[0], timeline)
+        lanes = draw_timeline(results[0], timeline) if timeline else []
     else:
+        lanes = []
         results = search(
             spec,
             cluster,
@@ -168,3 +168,5 @@ def plan(
     out.print(f"{'plan':<38}" + "".join(f"{h:>11}" for h in header), markup=False)
     for e in results:
         out.print(_row(e, parts, tokens), markup=False)
+    if lanes:
+        out.print(f"# timeline {escape(timeline)}: lanes per stage {', '.join(lanes)}")

@@ -11,7 +11,7 @@ reduction (overlapped with its last backward pass when ``plan.overlap``), the op
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from commflow.errors import CommflowError
 from commflow.plan.comm import ClusterLinks, cluster_links, collective_time, p2p_time
@@ -55,6 +55,16 @@ class Evaluation:
     """Seconds per part on the critical stage; the parts sum to ``step_time``."""
     pipeline: PipelineRun
     """The simulated schedule (timeline)."""
+    op_comm: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Exposed seconds of each collective (``tp``, ``cp``, ``ep``, ``zero3_gather``) inside
+    one forward and one backward op of a model chunk (what the timeline draws as lanes)."""
+    p2p: float = 0.0
+    """Seconds of one pipeline send between neighbouring stages."""
+    exposed_dp: float = 0.0
+    """Seconds each stage's data-parallel gradient reduction runs after its last backward
+    op, ZeRO-1/2's parameter all-gather (``zero_gather``) included."""
+    zero_gather: float = 0.0
+    """Seconds of ZeRO-1/2's all-gather of the updated parameters (never hidden)."""
 
     def __repr__(self) -> str:
         """One line: the plan and its headline numbers, not the timeline (``pipeline`` holds
@@ -146,6 +156,7 @@ class _PerMicrobatch:
     backward: float
     weight: float
     parts: dict[str, float]  # exposed tp/cp/ep/zero3 seconds per micro-batch, all chunks
+    op_comm: dict[str, tuple[float, float]]  # the same per forward / backward op of a chunk
 
 
 def _per_microbatch(
@@ -186,7 +197,12 @@ def _per_microbatch(
         name: plan.vp * layers * passes * t for name, t in (("tp", tp), ("cp", cp), ("ep", ep))
     }
     parts["zero3_gather"] = plan.vp * (fwd_gather + bwd_gather)
-    return _PerMicrobatch(forward, backward, layers * lt.backward_weight, parts)
+    op_comm = {
+        name: (layers * t, layers * t * (passes - 1)) for name, t in (("tp", tp), ("cp", cp),
+                                                                    ("ep", ep))
+    }
+    op_comm["zero3_gather"] = (fwd_gather, bwd_gather)
+    return _PerMicrobatch(forward, backward, layers * lt.backward_weight, parts, op_comm)
 
 
 def evaluate(
@@ -214,6 +230,13 @@ def evaluate(
     return evaluate_on_links(spec, links, plan, gpu, calibration=calibration, pipeline=pipeline)
 
 
+def _zero_gather(plan: Plan, grads: float, links: ClusterLinks) -> float:
+    """Seconds of ZeRO-1/2's all-gather of the updated parameters over the DP group."""
+    if plan.zero in (1, 2):
+        return collective_time("allgather", grads, plan.dp, plan.tp * plan.cp, links)
+    return 0.0
+
+
 def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterLinks,
                 window: float) -> float:
     """Seconds a stage's data-parallel gradient reduction adds after its last backward pass.
@@ -230,8 +253,7 @@ def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterL
     stride = plan.tp * plan.cp
     kind = "allreduce" if plan.zero == 0 else "reducescatter"
     reduce = collective_time(kind, grads, plan.dp, stride, links)
-    gather = collective_time("allgather", grads, plan.dp, stride, links) if 0 < plan.zero < 3 \
-        else 0.0
+    gather = _zero_gather(plan, grads, links)
     layers = spec.layers // (plan.pp * plan.vp) * plan.vp
     if not plan.overlap or reduce <= 0 or layers == 1:  # one layer: ready when backward ends
         return reduce + gather
@@ -307,4 +329,8 @@ def evaluate_on_links(
         fits=memory.total <= gpu.hbm_bytes,
         breakdown=breakdown,
         pipeline=run,
+        op_comm=mb.op_comm,
+        p2p=p2p,
+        exposed_dp=exposed,
+        zero_gather=_zero_gather(plan, grads, links),
     )

@@ -112,7 +112,7 @@ def draw_timeline(evaluation: Evaluation, path: str | os.PathLike) -> list[str]:
         f"{plan.schedule} tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} vp={plan.vp} "
         f"mb={plan.mb} zero={plan.zero}: step {evaluation.step_time:.3f} s"
     )
-    ax.legend(loc="upper right", fontsize="x-small", ncol=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small")
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)

@@ -192,6 +192,6 @@ def test_training_time_and_gpu_hours_for_a_token_budget():
     assert run["train_days"] == pytest.approx(run["train_time_s"] / 86400)
     assert run["gpu_hours"] == pytest.approx(run["train_time_s"] * 32 / 3600)
     assert result.training(32 * 2048)["steps"] == 1
-    for bad in (0, -1.0, float("nan"), True):
+    for bad in (0, -1.0, float("nan"), float("inf"), True):
         with pytest.raises(CommflowError, match="tokens to train"):
             result.training(bad)

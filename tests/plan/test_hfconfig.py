@@ -137,3 +137,6 @@ def test_missing_keys_and_bad_files(tmp_path):
         from_hf_config(bad)
     with pytest.raises(CommflowError, match="seq must be an integer >= 1, got 0"):
         TransformerSpec(name="x", hidden=64, layers=1, heads=4, vocab=10, seq=0)
+    for model in ("llama3-8b", DATA / "llama-3.1-8b.json"):
+        with pytest.raises(CommflowError, match="seq must be an integer >= 1, got -1"):
+            get_model(model, seq=-1)

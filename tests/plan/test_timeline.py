@@ -34,7 +34,7 @@ def test_lanes_of_tp_cp_zero3_sends_and_dp(tmp_path):
         assert start == result.pipeline.stage_end[stage]
         assert duration == pytest.approx(result.exposed_dp) and duration > 0
     # 16 forward and 16 backward ops of stage 0 each end with their collectives, in order
-    ops = [i for i in result.pipeline.intervals if i.stage == 0 and i.kind in "FB"]
+    ops = [i for i in result.pipeline.intervals if i.stage == 0 and i.kind in ("F", "B")]
     assert len(boxes[0, "TP"]) == len(ops) == 32
     last = boxes[0, "ZeRO-3 gather"]
     assert sorted(start + d for start, d in last) == pytest.approx(sorted(i.end for i in ops))

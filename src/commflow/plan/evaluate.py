@@ -78,8 +78,9 @@ class Evaluation:
 
     def training(self, tokens: float) -> dict[str, float]:
         """Training ``tokens`` tokens with this plan: whole steps (the last one full),
-        seconds, days and GPU-hours. Raises ``CommflowError`` unless ``tokens`` > 0."""
-        if isinstance(tokens, bool) or not tokens > 0:
+        seconds, days and GPU-hours. Raises ``CommflowError`` unless ``tokens`` is finite and
+        > 0."""
+        if isinstance(tokens, bool) or not 0 < tokens < math.inf:
             raise CommflowError(f"tokens to train must be a number > 0, got {tokens!r}")
         per_step = round(self.tokens_per_s * self.step_time)  # global batch x sequence
         steps = math.ceil(tokens / per_step)

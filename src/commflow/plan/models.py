@@ -91,7 +91,8 @@ class TransformerSpec:
     mla: LatentAttention | None = None
     """Multi-head latent attention (DeepSeek-V2/V3) instead of (grouped-)query attention."""
     note: str = field(default="", compare=False)
-    """Where ``seq`` came from when it was not given (shown by :meth:`describe`)."""
+    """Where ``seq`` came from when it was not given (shown by :meth:`describe`); pass
+    ``note=""`` with a new ``seq`` to ``dataclasses.replace``."""
 
     def __post_init__(self) -> None:
         _check_positive(
@@ -320,7 +321,7 @@ def get_model(name_or_path: str | os.PathLike, *, seq: int | None = None) -> Tra
     key = str(name_or_path).lower()
     if key in MODELS:
         spec = MODELS[key]
-        return replace(spec, seq=seq) if seq else spec
+        return replace(spec, seq=seq) if seq is not None else spec
     if Path(name_or_path).is_file():
         return from_hf_config(name_or_path, seq=seq)
     raise CommflowError(

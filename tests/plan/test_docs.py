@@ -1,13 +1,15 @@
-"""docs/planner.md: every ``commflow plan`` command of the worked example prints exactly the
+"""docs/planner.md: every ``commflow plan`` command of the worked examples prints exactly the
 output the doc shows, and the timeline it draws is a PNG."""
 
 from __future__ import annotations
 
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "planner.md"
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def documented_runs() -> list[tuple[list[str], list[str]]]:
@@ -21,9 +23,10 @@ def documented_runs() -> list[tuple[list[str], list[str]]]:
 
 
 def test_worked_example_output_is_current(commflow, tmp_path, monkeypatch):
+    shutil.copytree(DATA, tmp_path / "tests" / "plan" / "data")  # run as from the repo root
     monkeypatch.chdir(tmp_path)
     runs = documented_runs()
-    assert len(runs) == 2
+    assert len(runs) == 3
     for argv, output in runs:
         run = commflow(*argv)
         assert run.code == 0, run.stderr

@@ -23,8 +23,8 @@ def test_outputs_are_consistent():
     assert result.tflops_per_gpu_hw > result.tflops_per_gpu_model  # selective recompute
     record = result.to_dict()
     assert set(record) == {"plan", "step_time_s", "tokens_per_s", "tflops_per_gpu_hw",
-                           "tflops_per_gpu_model", "mfu", "memory_per_gpu_gib", "fits",
-                           "breakdown"}  # fmt: skip
+                           "tflops_per_gpu_model", "mfu", "memory_per_gpu_gib", "memory_gib",
+                           "fits", "breakdown"}  # fmt: skip
 
 
 def test_megatron_flops_formulas():
@@ -213,3 +213,17 @@ def test_compressed_gradients_shrink_the_data_parallel_bytes():
             collective_time("allreduce", wire, 8, 8, links), rel=1e-9)
     with pytest.raises(CommflowError, match="dp_codec must be one of"):
         Plan(dp_codec="int2")
+
+
+def test_training_time_and_gpu_hours_for_a_token_budget():
+    result = evaluate("gpt3-6.7b", "dgx-a100x4", SMALL)  # 32 sequences of 2048 per step
+    run = result.training(1e9)
+    steps = -(-1_000_000_000 // (32 * 2048))
+    assert run["steps"] == steps == 15259
+    assert run["train_time_s"] == pytest.approx(steps * result.step_time)
+    assert run["train_days"] == pytest.approx(run["train_time_s"] / 86400)
+    assert run["gpu_hours"] == pytest.approx(run["train_time_s"] * 32 / 3600)
+    assert result.training(32 * 2048)["steps"] == 1
+    for bad in (0, -1.0, float("nan"), float("inf"), True):
+        with pytest.raises(CommflowError, match="tokens to train"):
+            result.training(bad)

@@ -51,13 +51,13 @@ def test_in_flight_per_schedule():
     assert in_flight(Plan(pp=4, vp=2, global_batch=16, schedule="interleaved")) == 4 * (1 + 3 / 8)
 
 
-def test_temporary_and_total():
+def test_buffers_and_total():
     plan = Plan(tp=8, pp=8, dp=8, global_batch=64, zero=3)
     memory = memory_per_gpu(GPT, plan)
     logits = 4 * 2048 * 51200 / 8
     gathered = 2 * (12 * 12288**2 + 13 * 12288) / 8
-    assert memory.temporary == pytest.approx(WORKSPACE_BYTES + logits + gathered)
-    assert memory.total == memory.states + memory.activations + memory.temporary
+    assert memory.buffers == pytest.approx(WORKSPACE_BYTES + logits + gathered)
+    assert memory.total == memory.states + memory.activations + memory.buffers
     assert memory.to_dict()["total"] == pytest.approx(memory.total / 2**30)
 
 
@@ -69,3 +69,17 @@ def test_expert_parallel_splits_only_the_experts():
     plan = Plan(tp=2, pp=2, dp=4, ep=4, global_batch=8)
     expected = (2 * (moe.layer_params - experts + experts / 4) + moe.embedding_params) / 2
     assert stage_params(moe, plan) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("zero", "weights", "gradients", "optimizer"),
+    [(0, 2, 2, 12), (1, 2, 2, 12 / 8), (2, 2, 2 / 8, 12 / 8), (3, 2 / 8, 2 / 8, 12 / 8)],
+)
+def test_state_parts_per_zero_stage(zero, weights, gradients, optimizer):
+    plan = Plan(tp=8, pp=8, dp=8, global_batch=64, zero=zero)
+    memory, params = memory_per_gpu(GPT, plan), stage_params(GPT, plan)
+    assert (memory.weights, memory.gradients, memory.optimizer) == pytest.approx(
+        (params * weights, params * gradients, params * optimizer))
+    parts = memory.to_dict()
+    assert list(parts) == ["weights", "gradients", "optimizer", "activations", "buffers", "total"]
+    assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from commflow.errors import CommflowError
@@ -41,52 +39,6 @@ def test_megatron_closed_form_params():
     h, n_layers, v, s = m.hidden, m.layers, m.vocab, m.seq
     expected = 12 * n_layers * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * n_layers * h))
     assert m.params == pytest.approx(expected, rel=1e-15)
-
-
-def test_hf_llama_and_mixtral_and_gpt2(tmp_path):
-    llama = {
-        "model_type": "llama",
-        "hidden_size": 4096,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "vocab_size": 128256,
-        "max_position_embeddings": 8192,
-    }
-    path = tmp_path / "llama" / "config.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps(llama))
-    spec = from_hf_config(path)
-    assert spec == TransformerSpec(
-        name="llama",
-        hidden=4096,
-        layers=32,
-        heads=32,
-        kv_heads=8,
-        ffn=14336,
-        vocab=128256,
-        seq=8192,
-        gated_mlp=True,
-        tied_embeddings=False,
-        position_embeddings=False,
-    )
-    mixtral = {**llama, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}
-    path.write_text(json.dumps(mixtral))
-    moe = get_model(path, seq=4096)
-    assert (moe.experts, moe.top_k, moe.seq) == (8, 2, 4096)
-    assert moe.params - spec.params == 32 * (7 * 3 * 4096 * 14336 + 4096 * 8)
-    gpt2 = {
-        "model_type": "gpt2",
-        "n_embd": 768,
-        "n_layer": 12,
-        "n_head": 12,
-        "vocab_size": 50257,
-        "n_positions": 1024,
-    }
-    path.write_text(json.dumps(gpt2))
-    small = from_hf_config(path)
-    assert (small.ffn_size, small.gated_mlp, small.kv_count) == (3072, False, 12)
 
 
 def test_errors_name_the_problem(tmp_path):

@@ -13,11 +13,36 @@ from commflow.plan.timeline import draw_timeline
 Precision = choices("Precision", tuple(PRECISION_BYTES))
 """``--precision``: the training precisions the planner models."""
 
-BREAKDOWN_PARTS = ("compute", "tp", "pp_bubble", "dp", "optimizer")
-"""Breakdown parts shown as table columns (all parts are in ``--json``)."""
+BREAKDOWN_PARTS = (
+    "compute", "tp", "cp", "ep", "zero3_gather", "pp_bubble", "dp", "optimizer", "overhead"
+)
+"""Breakdown parts, in table order (every one is in ``--json``)."""
+
+OPTIONAL_PARTS = ("cp", "ep", "zero3_gather")
+"""Parts shown as table columns only when some listed plan has them non-zero."""
+
+LABELS = {"zero3_gather": "zero3"}
+"""Column header of a part whose name is too long for a column."""
+
+HEADER = ("step(s)", "tokens/s", "TFLOPs_hw", "TFLOPs_mod", "MFU%", "GiB", "fits")
+
+SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 
 
-HEADER = ("step(s)", "tokens/s", "TFLOPs_hw", "TFLOPs_mod", "MFU%", "GiB", "fits", *BREAKDOWN_PARTS)
+def parse_tokens(text: str) -> float:
+    """``--train-tokens``: ``300e9``, ``1.4T``, ``300B`` or ``2000000``. Raises
+    ``typer.BadParameter`` for anything else or a count that is not positive."""
+    raw = text.strip().upper()
+    scale = SUFFIXES.get(raw[-1:], 1.0)
+    try:
+        value = float(raw[:-1] if raw[-1:] in SUFFIXES else raw) * scale
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is not a token count: write 300e9, 300B or 1.4T"
+        ) from None
+    if not value > 0 or value == float("inf"):
+        raise typer.BadParameter(f"the token count must be positive, got {text!r}")
+    return value
 
 
 def _short(p: Plan) -> str:
@@ -35,7 +60,15 @@ def _short(p: Plan) -> str:
     return " ".join([text, *filter(None, extras)])
 
 
-def _row(e: Evaluation) -> str:
+def _columns(results: list[Evaluation]) -> list[str]:
+    """Breakdown parts to show: all but the optional ones every listed plan has at zero."""
+    return [
+        part for part in BREAKDOWN_PARTS
+        if part not in OPTIONAL_PARTS or any(e.breakdown[part] > 0 for e in results)
+    ]
+
+
+def _row(e: Evaluation, parts: list[str], train_tokens: float | None) -> str:
     b = e.breakdown
     cells = [
         f"{e.step_time:.3f}",
@@ -45,8 +78,11 @@ def _row(e: Evaluation) -> str:
         f"{100 * e.mfu:.1f}",
         f"{e.memory.to_dict()['total']:.1f}",
         "yes" if e.fits else "NO",
-        *(f"{b[p]:.3f}" for p in BREAKDOWN_PARTS),
+        *(f"{b[p]:.3f}" for p in parts),
     ]
+    if train_tokens is not None:
+        training = e.training(train_tokens)
+        cells += [f"{training['train_days']:.1f}", f"{training['gpu_hours']:.0f}"]
     return f"{_short(e.plan):<38}" + "".join(f"{c:>11}" for c in cells)
 
 
@@ -74,20 +110,26 @@ def plan(
     in_network: bool = typer.Option(
         False, "--in-network",
         help="The network switches aggregate (SHARP): allreduce may use in-network aggregation."),
+    train_tokens: str = typer.Option(
+        None, "--train-tokens",
+        help="Also print the days and GPU-hours to train this many tokens (300e9, 300B, 1.4T)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
 ) -> None:
     """Predict step time, throughput, TFLOP/s, MFU and memory of parallel transformer training,
     for one plan (--plan) or the best plans of a search.
 
     Columns: plan, step time (s), tokens/s, hardware and model TFLOP/s per GPU, MFU (%),
-    memory per GPU (GiB), fits, then seconds of compute, exposed TP, pipeline bubble, exposed
-    DP and optimizer (--json has every field and every part). [bold]Examples[/bold]
+    memory per GPU (GiB), fits, then seconds of compute, exposed TP, CP, EP and ZeRO-3 gathers
+    (when some plan has them), pipeline bubble, exposed DP, optimizer and overhead; with
+    --train-tokens, days and GPU-hours to train that many tokens (--json has every field, every
+    part and the memory parts). [bold]Examples[/bold]
 
       commflow plan --model megatron-1t --cluster dgx-a100 --gpus 3072 --global-batch 3072
       commflow plan --model gpt3-175b --gpus 1024 --global-batch 1536
         --plan "tp=8,pp=16,dp=8,mb=1,vp=3,recompute=full" --timeline step.png
     """
     precision = precision.value
+    tokens = parse_tokens(train_tokens) if train_tokens is not None else None
     spec = get_model(model, seq=seq)
     accelerator = accelerator or implied_accelerator(cluster)
     if plan_text is not None:
@@ -96,9 +138,9 @@ def plan(
         topology = resolve_cluster(cluster, gpus or chosen.gpus)
         results = [evaluate(spec, topology, chosen, accelerator=accelerator, pipeline=pipeline,
                             in_network=in_network)]
-        if timeline:
-            draw_timeline(results[0], timeline)
+        lanes = draw_timeline(results[0], timeline) if timeline else []
     else:
+        lanes = []
         results = search(
             spec,
             cluster,
@@ -110,12 +152,21 @@ def plan(
             in_network=in_network,
         )
     if as_json:
-        echo_json([e.to_dict() for e in results])
+        echo_json([e.to_dict(train_tokens=tokens) for e in results])
         return
     out.print(
         f"# {escape(spec.name)} on {escape(cluster)} x {escape(accelerator)}, "
         f"global batch {global_batch}, seq {spec.seq}"
+        + (f" ({escape(spec.note)})" if spec.note else "")
     )
-    out.print(f"{'plan':<38}" + "".join(f"{h:>11}" for h in HEADER), markup=False)
+    if tokens is not None:
+        out.print(f"# training {tokens:.4g} tokens: days and GPU-hours per plan")
+    parts = _columns(results)
+    header = [*HEADER, *(LABELS.get(p, p) for p in parts)]
+    if tokens is not None:
+        header += ["days", "GPU_hours"]
+    out.print(f"{'plan':<38}" + "".join(f"{h:>11}" for h in header), markup=False)
     for e in results:
-        out.print(_row(e), markup=False)
+        out.print(_row(e, parts, tokens), markup=False)
+    if lanes:
+        out.print(f"# timeline {escape(timeline)}: lanes per stage {', '.join(lanes)}")

@@ -17,8 +17,9 @@ Communication is simulated with commflow's collective algorithms on the cluster'
 from commflow.plan.compute import CALIBRATION, Calibration
 from commflow.plan.evaluate import Evaluation, evaluate, resolve_cluster
 from commflow.plan.hardware import ACCELERATORS, Accelerator, get_accelerator
+from commflow.plan.hfconfig import from_hf_config
 from commflow.plan.memory import Memory, memory_per_gpu
-from commflow.plan.models import MODELS, TransformerSpec, from_hf_config, get_model
+from commflow.plan.models import MODELS, LatentAttention, TransformerSpec, get_model
 from commflow.plan.parallel import Plan, check_plan, parse_plan
 from commflow.plan.pipeline import OpTimes, PipelineRun, simulate_schedule
 from commflow.plan.search import SearchSpace, search
@@ -30,6 +31,7 @@ __all__ = [
     "Accelerator",
     "Calibration",
     "Evaluation",
+    "LatentAttention",
     "Memory",
     "OpTimes",
     "PipelineRun",

@@ -71,18 +71,18 @@ def gemm_time(flops: float, peak: float, cal: Calibration = CALIBRATION) -> floa
 
 
 def layer_gemm_flops(model: TransformerSpec, plan: Plan) -> list[float]:
-    """Forward FLOPs of each weight GEMM of one layer on one GPU for one micro-batch."""
+    """Forward FLOPs of each weight GEMM of one layer on one GPU for one micro-batch (the
+    MLP's width averaged over dense and MoE layers: routed ``top_k`` plus shared experts)."""
     tokens = plan.mb * model.seq / plan.cp
     h, t = model.hidden, plan.tp
-    mlp = 2 * tokens * model.top_k * h * model.ffn_size / t
-    return [2 * tokens * h * model.qkv_width / t, 2 * tokens * h * h / t] + [
-        mlp
-    ] * model.mlp_matrices
+    mlp = 2 * tokens * h * model.active_ffn / t
+    attention = [2 * tokens * rows * cols / t for rows, cols in model.attention_matrices]
+    return attention + [mlp] * model.mlp_matrices
 
 
 def attention_flops(model: TransformerSpec, plan: Plan) -> float:
     """Forward FLOPs of ``QK^T`` and ``AV`` of one layer on one GPU for one micro-batch."""
-    return 4 * plan.mb * model.seq * (model.seq / plan.cp) * model.hidden / plan.tp
+    return 4 * plan.mb * model.seq * (model.seq / plan.cp) * model.attention_width / plan.tp
 
 
 def activation_bytes(model: TransformerSpec, plan: Plan) -> tuple[float, float]:

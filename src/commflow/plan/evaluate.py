@@ -10,7 +10,8 @@ reduction (overlapped with its last backward pass when ``plan.overlap``), the op
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from commflow.errors import CommflowError
 from commflow.plan.comm import ClusterLinks, cluster_links, collective_time, p2p_time
@@ -54,6 +55,16 @@ class Evaluation:
     """Seconds per part on the critical stage; the parts sum to ``step_time``."""
     pipeline: PipelineRun
     """The simulated schedule (timeline)."""
+    op_comm: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Exposed seconds of each collective (``tp``, ``cp``, ``ep``, ``zero3_gather``) inside
+    one forward and one backward op of a model chunk (what the timeline draws as lanes)."""
+    p2p: float = 0.0
+    """Seconds of one pipeline send between neighbouring stages."""
+    exposed_dp: float = 0.0
+    """Seconds each stage's data-parallel gradient reduction runs after its last backward
+    op, ZeRO-1/2's parameter all-gather (``zero_gather``) included."""
+    zero_gather: float = 0.0
+    """Seconds of ZeRO-1/2's all-gather of the updated parameters (never hidden)."""
 
     def __repr__(self) -> str:
         """One line: the plan and its headline numbers, not the timeline (``pipeline`` holds
@@ -65,9 +76,26 @@ class Evaluation:
             f"pipeline={self.pipeline!r})"
         )
 
-    def to_dict(self) -> dict:
-        """The ``--json`` record."""
+    def training(self, tokens: float) -> dict[str, float]:
+        """Training ``tokens`` tokens with this plan: whole steps (the last one full),
+        seconds, days and GPU-hours. Raises ``CommflowError`` unless ``tokens`` is finite and
+        > 0."""
+        if isinstance(tokens, bool) or not 0 < tokens < math.inf:
+            raise CommflowError(f"tokens to train must be a number > 0, got {tokens!r}")
+        per_step = round(self.tokens_per_s * self.step_time)  # global batch x sequence
+        steps = math.ceil(tokens / per_step)
+        seconds = steps * self.step_time
         return {
+            "train_tokens": tokens,
+            "steps": steps,
+            "train_time_s": seconds,
+            "train_days": seconds / 86400,
+            "gpu_hours": seconds * self.plan.gpus / 3600,
+        }
+
+    def to_dict(self, train_tokens: float | None = None) -> dict:
+        """The ``--json`` record; with ``train_tokens``, also :meth:`training`'s fields."""
+        record = {
             "plan": self.plan.describe(),
             "step_time_s": self.step_time,
             "tokens_per_s": self.tokens_per_s,
@@ -75,9 +103,13 @@ class Evaluation:
             "tflops_per_gpu_model": self.tflops_per_gpu_model,
             "mfu": self.mfu,
             "memory_per_gpu_gib": self.memory.to_dict()["total"],
+            "memory_gib": self.memory.to_dict(),
             "fits": self.fits,
             "breakdown": dict(self.breakdown),
         }
+        if train_tokens is not None:
+            record.update(self.training(train_tokens))
+        return record
 
 
 def accelerator_for(accelerator: Accelerator | str | None,
@@ -125,6 +157,7 @@ class _PerMicrobatch:
     backward: float
     weight: float
     parts: dict[str, float]  # exposed tp/cp/ep/zero3 seconds per micro-batch, all chunks
+    op_comm: dict[str, tuple[float, float]]  # the same per forward / backward op of a chunk
 
 
 def _per_microbatch(
@@ -140,11 +173,12 @@ def _per_microbatch(
         )
     else:
         tp = 2 * collective_time("allreduce", act, plan.tp, 1, links)
-    kv = 2 * plan.mb * model.seq * model.kv_count * (model.hidden // model.heads) * width
+    kv = plan.mb * model.seq * model.kv_width * width
     cp = collective_time("allgather", kv / plan.tp, plan.cp, plan.tp, links)
     ep = 0.0
     if model.experts > 1:
-        ep = 2 * collective_time(
+        share = model.moe_layers / model.layers  # per layer, averaged over dense layers
+        ep = share * 2 * collective_time(
             "alltoall", act * model.top_k / plan.tp, plan.ep, plan.tp * plan.cp, links
         )
     layers = model.layers / (plan.pp * plan.vp)
@@ -163,7 +197,12 @@ def _per_microbatch(
     parts = {name: plan.vp * layers * passes * t for name, t in (("cp", cp), ("ep", ep))}
     parts = {"tp": plan.vp * layers * (tp_fwd + tp_bwd), **parts}
     parts["zero3_gather"] = plan.vp * (fwd_gather + bwd_gather)
-    return _PerMicrobatch(forward, backward, layers * lt.backward_weight, parts)
+    op_comm = {
+        name: (layers * t, layers * t * (passes - 1)) for name, t in (("tp", tp), ("cp", cp),
+                                                                    ("ep", ep))
+    }
+    op_comm["zero3_gather"] = (fwd_gather, bwd_gather)
+    return _PerMicrobatch(forward, backward, layers * lt.backward_weight, parts, op_comm)
 
 
 def _exposed_tp(tp: float, plan: Plan, forward: float, backward: float) -> tuple[float, float]:
@@ -208,6 +247,13 @@ def evaluate(
     return evaluate_on_links(spec, links, plan, gpu, calibration=calibration, pipeline=pipeline)
 
 
+def _zero_gather(plan: Plan, grads: float, links: ClusterLinks) -> float:
+    """Seconds of ZeRO-1/2's all-gather of the updated parameters over the DP group."""
+    if plan.zero in (1, 2):
+        return collective_time("allgather", grads, plan.dp, plan.tp * plan.cp, links)
+    return 0.0
+
+
 def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterLinks,
                 window: float) -> float:
     """Seconds a stage's data-parallel gradient reduction adds after its last backward pass.
@@ -225,14 +271,13 @@ def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterL
     from commflow.sched import Workload, drain, fitted_cost
 
     stride = plan.tp * plan.cp
-    gather = collective_time("allgather", grads, plan.dp, stride, links) if 0 < plan.zero < 3 \
-        else 0.0
+    gather = _zero_gather(plan, grads, links)
     grads *= wire_fraction(plan.dp_codec, PRECISION_BYTES[plan.precision])
     kind = "allreduce" if plan.zero == 0 else "reducescatter"
     reduce = collective_time(kind, grads, plan.dp, stride, links)
-    if not plan.overlap or reduce <= 0:
+    layers = spec.layers // (plan.pp * plan.vp) * plan.vp
+    if not plan.overlap or reduce <= 0 or layers == 1:  # one layer: ready when backward ends
         return reduce + gather
-    layers = spec.layers // plan.pp
     piece = grads / layers
     cost = fitted_cost({piece: collective_time(kind, piece, plan.dp, stride, links),
                         grads: reduce}, name=f"{kind} over dp={plan.dp}")
@@ -305,4 +350,8 @@ def evaluate_on_links(
         fits=memory.total <= gpu.hbm_bytes,
         breakdown=breakdown,
         pipeline=run,
+        op_comm=mb.op_comm,
+        p2p=p2p,
+        exposed_dp=exposed,
+        zero_gather=_zero_gather(plan, grads, links),
     )

@@ -10,11 +10,9 @@ from commflow.plan.hardware import GIB, PRECISION_BYTES
 from commflow.plan.models import TransformerSpec
 from commflow.plan.parallel import Plan
 
-STATE_BYTES = 16
-"""Mixed-precision Adam bytes per parameter: 2 weights + 2 gradients + 12 fp32 state."""
-
-SHARDED_BYTES = {0: 0, 1: 12, 2: 14, 3: 16}
-"""Bytes per parameter ZeRO stage 0-3 shards over the data-parallel group."""
+STATE_PARTS = (2, 2, 12)
+"""Mixed-precision Adam bytes per parameter: weights, gradients, fp32 master and moments;
+ZeRO-1 shards the last over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 all."""
 
 WORKSPACE_BYTES = 2 * GIB
 """CUDA context, allocator fragmentation and library workspaces, bytes (modelling choice)."""
@@ -24,17 +22,26 @@ WORKSPACE_BYTES = 2 * GIB
 class Memory:
     """Bytes per GPU of the most loaded stage (the first)."""
 
-    states: float
-    """Weights, gradients and optimizer state after ZeRO sharding."""
+    weights: float
+    """Training-precision weights (sharded by ZeRO-3)."""
+    gradients: float
+    """Gradients (sharded by ZeRO-2 and 3)."""
+    optimizer: float
+    """fp32 master weights and Adam moments (sharded by ZeRO-1, 2 and 3)."""
     activations: float
     """Activations of the micro-batches in flight."""
-    temporary: float
+    buffers: float
     """Workspace, logits, and ZeRO-3 gathered layers."""
+
+    @property
+    def states(self) -> float:
+        """Weights, gradients and optimizer state after ZeRO sharding."""
+        return self.weights + self.gradients + self.optimizer
 
     @property
     def total(self) -> float:
         """All bytes."""
-        return self.states + self.activations + self.temporary
+        return self.states + self.activations + self.buffers
 
     def to_dict(self) -> dict[str, float]:
         """Parts and total in GiB."""
@@ -44,7 +51,7 @@ class Memory:
 def stage_params(model: TransformerSpec, plan: Plan) -> float:
     """Parameters held by one GPU of the first stage (its layers and the embedding); TP
     splits everything, EP splits the experts."""
-    experts = model.experts * model.mlp_matrices * model.hidden * model.ffn_size
+    experts = model.expert_params / model.layers
     per_layer = model.layer_params - experts + experts / plan.ep
     return (model.layers / plan.pp * per_layer + model.embedding_params) / plan.tp
 
@@ -67,8 +74,10 @@ def memory_per_gpu(model: TransformerSpec, plan: Plan) -> Memory:
     recompute drops the ``5as/h`` term, full recompute keeps ``2sbh`` per layer plus one
     layer's full activations."""
     params = stage_params(model, plan)
-    shard = SHARDED_BYTES[plan.zero]
-    states = params * ((STATE_BYTES - shard) + shard / plan.dp)
+    weights, gradients, optimizer = (
+        params * size / (plan.dp if plan.zero >= stage else 1)
+        for size, stage in zip(STATE_PARTS, (3, 2, 1), strict=True)
+    )
     linear, scores = activation_bytes(model, plan)
     scale = PRECISION_BYTES[plan.precision] / 2
     layers = model.layers / plan.pp
@@ -82,4 +91,4 @@ def memory_per_gpu(model: TransformerSpec, plan: Plan) -> Memory:
         activations = per_layer * layers * in_flight(plan)
     logits = 4 * plan.mb * model.seq / plan.cp * model.vocab / plan.tp
     gathered = 2 * model.layer_params / plan.tp if plan.zero == 3 else 0.0
-    return Memory(states, activations, WORKSPACE_BYTES + logits + gathered)
+    return Memory(weights, gradients, optimizer, activations, WORKSPACE_BYTES + logits + gathered)

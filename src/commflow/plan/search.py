@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import product
 
 from commflow.errors import CommflowError
 from commflow.plan.comm import cluster_links
@@ -28,27 +29,63 @@ from commflow.plan.models import TransformerSpec, get_model
 from commflow.plan.parallel import Plan, check_plan
 from commflow.topology import Topology
 
+CP_MIN_SEQ = 8192
+"""Shortest sequence for which the search tries context parallelism."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class SearchSpace:
-    """The choices :func:`search` enumerates."""
+    """The choices :func:`search` enumerates (TP: divisors of a box; PP: divisors of the
+    layers; DP: the rest)."""
 
     micro_batches: Sequence[int] = (1, 2, 4, 8)
     """Micro-batch sizes."""
     virtual_stages: Sequence[int] = (2, 3, 4)
     """Chunks per stage tried with the interleaved schedule (besides plain 1F1B)."""
-    schedules: Sequence[str] = ("1f1b", "interleaved")
-    """Pipeline schedules (``interleaved`` uses ``virtual_stages``)."""
+    schedules: Sequence[str] = ("1f1b", "interleaved", "zb-h1")
+    """Pipeline schedules (``interleaved`` uses ``virtual_stages``; ``gpipe`` may be added)."""
     recompute: Sequence[str] = ("none", "selective", "full")
     """Activation recompute modes."""
-    zero: Sequence[int] = (0, 1)
+    zero: Sequence[int] = (0, 1, 2, 3)
     """ZeRO stages."""
-    context_parallel: Sequence[int] = (1,)
-    """Context-parallel sizes."""
+    context_parallel: Sequence[int] | None = None
+    """Context-parallel sizes; ``None``: 1, and when the sequence is at least
+    :data:`CP_MIN_SEQ` the powers of two up to ``max_context_parallel`` dividing it."""
+    max_context_parallel: int = 16
+    """Largest context-parallel size the default tries."""
+    expert_parallel: Sequence[int] | None = None
+    """Expert-parallel sizes; ``None``: every divisor of a MoE model's expert count (1 for a
+    dense model). Each must also divide the data-parallel size."""
+
+    def cp_sizes(self, model: TransformerSpec) -> list[int]:
+        """The context-parallel sizes tried for ``model``."""
+        if self.context_parallel is not None:
+            return list(self.context_parallel)
+        sizes, cp = [1], 2
+        while model.seq >= CP_MIN_SEQ and cp <= self.max_context_parallel and model.seq % cp == 0:
+            sizes.append(cp)
+            cp *= 2
+        return sizes
+
+    def ep_sizes(self, model: TransformerSpec) -> list[int]:
+        """The expert-parallel sizes tried for ``model``."""
+        if self.expert_parallel is not None:
+            return list(self.expert_parallel)
+        return _divisors(model.experts)
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _shapes(space: SearchSpace, pp: int) -> list[tuple[str, int]]:
+    """``(schedule, vp)`` pairs for ``pp`` stages (one stage: plain 1F1B only)."""
+    shapes = [("1f1b", 1)] if "1f1b" in space.schedules or pp == 1 else []
+    if pp > 1:
+        shapes += [(s, 1) for s in space.schedules if s in ("gpipe", "zb-h1")]
+        if "interleaved" in space.schedules:
+            shapes += [("interleaved", v) for v in space.virtual_stages]
+    return shapes
 
 
 def candidates(
@@ -60,42 +97,29 @@ def candidates(
     space: SearchSpace,
 ) -> Iterator[Plan]:
     """Every plan of ``space`` that divides ``model`` and the cluster (memory not checked)."""
-    for tp in _divisors(gpus_per_box):
-        for cp in space.context_parallel:
-            for pp in _divisors(model.layers):
-                if gpus % (tp * cp * pp):
+    eps = space.ep_sizes(model)
+    for tp, cp, pp in product(_divisors(gpus_per_box), space.cp_sizes(model),
+                              _divisors(model.layers)):
+        if gpus % (tp * cp * pp):
+            continue
+        dp = gpus // (tp * cp * pp)
+        for mb in space.micro_batches:
+            if global_batch % (dp * mb):
+                continue
+            for ep, (schedule, vp), recompute, zero in product(
+                [e for e in eps if dp % e == 0], _shapes(space, pp), space.recompute,
+                space.zero,
+            ):
+                try:
+                    plan = Plan(
+                        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=tp > 1, mb=mb,
+                        global_batch=global_batch, vp=vp, zero=zero, recompute=recompute,
+                        schedule=schedule, precision=precision,
+                    )
+                    check_plan(model, plan, gpus=gpus, gpus_per_box=gpus_per_box)
+                except CommflowError:
                     continue
-                dp = gpus // (tp * cp * pp)
-                for mb in space.micro_batches:
-                    if global_batch % (dp * mb):
-                        continue
-                    shapes = [("1f1b", 1)] if "1f1b" in space.schedules else []
-                    if pp > 1:
-                        shapes += [(s, 1) for s in space.schedules if s in ("gpipe", "zb-h1")]
-                        if "interleaved" in space.schedules:
-                            shapes += [("interleaved", v) for v in space.virtual_stages]
-                    for schedule, vp in shapes:
-                        for recompute in space.recompute:
-                            for zero in space.zero:
-                                try:
-                                    plan = Plan(
-                                        tp=tp,
-                                        pp=pp,
-                                        dp=dp,
-                                        cp=cp,
-                                        sp=tp > 1,
-                                        mb=mb,
-                                        global_batch=global_batch,
-                                        vp=vp,
-                                        zero=zero,
-                                        recompute=recompute,
-                                        schedule=schedule,
-                                        precision=precision,
-                                    )
-                                    check_plan(model, plan, gpus=gpus, gpus_per_box=gpus_per_box)
-                                except CommflowError:
-                                    continue
-                                yield plan
+                yield plan
 
 
 def search(

@@ -1,0 +1,191 @@
+"""PriorityScheduler trains like DDP (same seeds, parameters equal within float32
+reduction-order tolerance after five steps, on 2 and 4 ranks of the commflow backend), keeps
+its partitions and credits, launches in priority (layer) order, and refuses bad arguments."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from commflow.torch.sched import PriorityScheduler
+
+from .harness import run_group
+
+STEPS = 5
+PARTITION = 512
+CREDITS = 2
+
+
+class _Attention(torch.nn.Module):
+    """Embedding, multi-head attention (whose ``out_proj`` is used functionally), head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(6, 16)
+        self.attn = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        return self.head(self.attn(h, h, h, need_weights=False)[0]).mean(dim=1)
+
+
+def _mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32),
+                               torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+def _conv() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 5),
+    )
+
+
+MODELS = {  # name: (model, input shape, output width)
+    "mlp": (_mlp, (8, 16), 4),
+    "conv": (_conv, (4, 3, 6, 6), 5),
+    "attention": (_Attention, (4, 5, 6), 3),
+}
+
+
+def _batches(name: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    _, shape, width = MODELS[name]
+    data = torch.Generator().manual_seed(100 + dist.get_rank())
+    return [(torch.randn(shape, generator=data), torch.randn(shape[0], width, generator=data))
+            for _ in range(STEPS)]
+
+
+def _seeded(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return MODELS[name][0]()
+
+
+def _sgd(params) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def _params(model: torch.nn.Module) -> list[np.ndarray]:
+    return [p.detach().numpy().copy() for p in model.parameters()]
+
+
+def _ddp(name: str, group) -> list[np.ndarray]:
+    model = _seeded(name)
+    ddp = DistributedDataParallel(model, process_group=group, bucket_cap_mb=0.002)
+    opt = _sgd(ddp.parameters())
+    for x, y in _batches(name):
+        opt.zero_grad()
+        (ddp(x) - y).pow(2).mean().backward()
+        opt.step()
+    return _params(model)
+
+
+def _scheduled(name: str, per_layer: bool) -> tuple[list[np.ndarray], list, list[str]]:
+    """Parameters after STEPS, the launches, and the layers' names in priority order."""
+    model = _seeded(name)
+    factory = _sgd if per_layer else None
+    sched = PriorityScheduler(model, partition_bytes=PARTITION, credits=CREDITS,
+                              optimizer_factory=factory, trace=True)
+    opt = None if per_layer else _sgd(model.parameters())
+    for x, y in _batches(name):
+        if opt is not None:
+            opt.zero_grad()
+        (model(x) - y).pow(2).mean().backward()
+        if opt is not None:
+            sched.finish()
+            opt.step()
+    sched.finish()
+    return _params(model), sched.trace, [layer for layer, _ in sched.layers]
+
+
+def _order() -> list:
+    """The launches of one step on three equal layers cut in four partitions, one credit."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(3)))
+    sched = PriorityScheduler(model, partition_bytes=72, credits=1, trace=True,
+                              optimizer_factory=partial(torch.optim.SGD, lr=0.1))
+    x = torch.ones(2, 8)
+    model(x).sum().backward()
+    model(x)
+    return sched.trace
+
+
+def _everything() -> dict[str, object]:
+    gloo = dist.new_group(backend="gloo")
+    out: dict[str, object] = {"order": _order()}
+    for name in MODELS:
+        out[name] = {"ddp": _ddp(name, gloo), "per-layer optimizer": _scheduled(name, True),
+                     "finish then step": _scheduled(name, False)}
+    return out
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def results(request) -> list[dict]:
+    return run_group(_everything, request.param, timeout=60)
+
+
+@pytest.mark.parametrize("mode", ["per-layer optimizer", "finish then step"])
+def test_parameters_equal_ddp_on_gloo_after_five_steps(results, mode):
+    start = {name: _params(_seeded(name)) for name in MODELS}
+    for res in results:
+        for name in MODELS:
+            reference = res[name]["ddp"]
+            params, _, _ = res[name][mode]
+            assert any(np.abs(p - q).max() > 1e-3 for p, q in zip(reference, start[name],
+                                                                   strict=True))
+            for p, q in zip(params, reference, strict=True):
+                np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6, err_msg=name)
+    for name in MODELS:  # the replicas stay identical
+        for res in results[1:]:
+            for p, q in zip(res[name][mode][0], results[0][name][mode][0], strict=True):
+                np.testing.assert_array_equal(p, q)
+
+
+def test_partitions_and_credits_are_kept(results):
+    for res in results:
+        for name in MODELS:
+            for mode in ("per-layer optimizer", "finish then step"):
+                _, trace, _ = res[name][mode]
+                nparams = sum(p.numel() for p in _seeded(name).parameters())
+                assert sum(launch.nbytes for launch in trace) == 4 * nparams * STEPS
+                assert max(launch.nbytes for launch in trace) == PARTITION
+                assert max(launch.in_flight for launch in trace) == CREDITS
+                assert min(launch.in_flight for launch in trace) >= 1
+
+
+def test_layers_follow_forward_order_and_fold_functional_modules(results):
+    _, _, layers = results[0]["attention"]["per-layer optimizer"]
+    assert layers == ["embed", "attn", "head"]  # attn.out_proj is used by attn's forward
+    _, _, layers = results[0]["conv"]["per-layer optimizer"]
+    assert layers == ["0", "2", "5"]
+
+
+def test_launches_follow_layer_priority_when_several_are_ready(results):
+    expected = [("backward", 2, 0), ("backward", 2, 1), ("backward", 1, 0), ("backward", 0, 0),
+                *(("forward", 0, k) for k in (1, 2, 3)), *(("forward", 1, k) for k in (1, 2, 3)),
+                ("forward", 2, 2), ("forward", 2, 3)]
+    for res in results:
+        trace = res["order"]
+        assert [(launch.phase, launch.layer, launch.part) for launch in trace] == expected
+        assert {(launch.nbytes, launch.in_flight) for launch in trace} == {(72, 1)}
+
+
+def test_bad_arguments_raise_value_error():
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="partition_bytes must be a positive number of bytes, "
+                       "got 0"):
+        PriorityScheduler(model, partition_bytes=0)
+    with pytest.raises(ValueError, match="partition_bytes must be a positive"):
+        PriorityScheduler(model, partition_bytes=-4)
+    with pytest.raises(ValueError, match=r"smaller than one parameter element \(4 bytes\)"):
+        PriorityScheduler(model, partition_bytes=2)
+    with pytest.raises(ValueError, match=r"credits \(partitions in flight\) must be at least 1, "
+                       "got 0"):
+        PriorityScheduler(model, credits=0)
+    with pytest.raises(ValueError, match="credits"):
+        PriorityScheduler(model, credits=1.5)

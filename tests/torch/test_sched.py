@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from commflow.errors import CommflowError
 from commflow.torch.sched import PriorityScheduler
 
 from .harness import run_group
@@ -95,7 +96,11 @@ def _scheduled(name: str, per_layer: bool) -> tuple[list[np.ndarray], list, list
     for x, y in _batches(name):
         if opt is not None:
             opt.zero_grad()
-        (model(x) - y).pow(2).mean().backward()
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        # the loop's own collectives interleave with the scheduler's in the same order on
+        # every rank: the scheduler issues allreduces only at hooks, never as others complete
+        dist.all_reduce(loss.detach())
         if opt is not None:
             sched.finish()
             opt.step()
@@ -115,9 +120,40 @@ def _order() -> list:
     return sched.trace
 
 
+class _HalfUsed(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = torch.nn.Parameter(torch.ones(2))
+        self.unused = torch.nn.Parameter(torch.ones(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.used
+
+
+def _error(call) -> str:
+    try:
+        call()
+    except CommflowError as err:
+        return str(err)
+    return "no error"
+
+
+def _misuse() -> list[str]:
+    """The errors of a layer missing a gradient and of a second backward."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), _HalfUsed())
+    sched = PriorityScheduler(model)
+    model(torch.ones(1, 2)).sum().backward()
+    partial_grads = _error(sched.finish)
+    model = torch.nn.Linear(2, 2)
+    PriorityScheduler(model, optimizer_factory=partial(torch.optim.SGD, lr=0.1))
+    loss = model(torch.ones(1, 2)).sum()
+    loss.backward(retain_graph=True)
+    return [partial_grads, _error(loss.backward)]
+
+
 def _everything() -> dict[str, object]:
     gloo = dist.new_group(backend="gloo")
-    out: dict[str, object] = {"order": _order()}
+    out: dict[str, object] = {"order": _order(), "misuse": _misuse()}
     for name in MODELS:
         out[name] = {"ddp": _ddp(name, gloo), "per-layer optimizer": _scheduled(name, True),
                      "finish then step": _scheduled(name, False)}
@@ -166,6 +202,9 @@ def test_layers_follow_forward_order_and_fold_functional_modules(results):
 
 
 def test_launches_follow_layer_priority_when_several_are_ready(results):
+    # Backward: layer 2's gradients come first; each later layer-ready event frees one credit
+    # (one wait), so layer 1 and then layer 0 overtake the rest of layer 2. Next forward: each
+    # layer takes its own partitions first, then refills the credit with the next layer's.
     expected = [("backward", 2, 0), ("backward", 2, 1), ("backward", 1, 0), ("backward", 0, 0),
                 *(("forward", 0, k) for k in (1, 2, 3)), *(("forward", 1, k) for k in (1, 2, 3)),
                 ("forward", 2, 2), ("forward", 2, 3)]
@@ -189,3 +228,16 @@ def test_bad_arguments_raise_value_error():
         PriorityScheduler(model, credits=0)
     with pytest.raises(ValueError, match="credits"):
         PriorityScheduler(model, credits=1.5)
+
+
+def test_misuse_raises_commflow_error_naming_the_layer(results):
+    for rank, res in enumerate(results):
+        partial_grads, second = res["misuse"]
+        assert partial_grads.startswith(
+            f"PriorityScheduler: layer '1' on rank {rank} got no gradient for 1.unused in the "
+            f"last backward"
+        )
+        assert second.startswith(
+            f"PriorityScheduler: a parameter of layer 'Linear' on rank {rank} got a second "
+            f"gradient before the layer's reduction was applied"
+        )

@@ -20,13 +20,14 @@ allreduce on ``process_group``) only while fewer than ``credits`` partitions are
 a large low-priority layer cannot fill the link ahead of the layers the next forward needs.
 
 **Why the scheduler waits instead of polling.** Collectives are matched across ranks by issue
-order, so every rank must launch the partitions in the same order. Launch decisions therefore
-depend only on events every rank sees in the same order (gradients arriving, in autograd's
-order, and forward pre-hooks), never on when an allreduce happens to finish. A credit comes
-back when the scheduler waits for the oldest in-flight partition, which it does at three
-points: when a layer's gradients are complete in backward (at most one wait, so backward stalls
-at most one partition per layer), in a layer's forward pre-hook (as many as that layer's own
-partitions need), and in :meth:`finish`.
+order, so every rank must launch the partitions in the same order and at the same points of
+the training loop (relative to the loop's own collectives, such as a loss all-reduce for
+logging). Launches therefore happen only at events every rank sees in the same order
+(gradients arriving, in autograd's order, and forward pre-hooks), never when an allreduce
+happens to finish. A credit comes back when the scheduler waits for the oldest in-flight
+partition, which it does at three points: when a layer's gradients are complete in backward (at
+most one wait, so backward stalls at most one partition per layer), in a layer's forward
+pre-hook (as many as that layer's own partitions need), and in :meth:`finish`.
 
 **The optimizer.** With ``optimizer_factory``, each layer gets its own optimizer over its
 parameters; the layer's forward pre-hook in the next iteration waits for the layer's

@@ -1,14 +1,15 @@
 """Training-step time: DDP on gloo, DDP on the commflow backend, and commflow's
 PriorityScheduler (on the commflow backend, per-layer SGD in the forward pre-hooks), for a
-VGG-style conv net and a small transformer, on ranks of this machine; also the same iteration
-without any communication (each rank trains alone), the floor the others approach.
+VGG-style conv net and a small transformer, on ranks of this machine.
 
     PYTHONPATH=src python benchmarks/sched_live.py [--ranks 2] [--iters 20] [--warmup 5]
 
-Each configuration trains its own replica for warm-up iterations, then ``--iters`` timed ones
-(an iteration: forward, backward, and for DDP the optimizer step; the scheduler's steps happen
-in the next forward); the four run one after another, twice (A B C D A B C D), so that a change of
-load on a shared machine hits all of them. Reported: the slowest rank's median iteration time.
+Each configuration trains its own replica (an iteration: forward, backward, and for DDP the
+optimizer step; the scheduler's steps happen in the next forward): ``--warmup`` iterations,
+then ``--iters`` timed ones in ``--rounds`` blocks, the configurations taking turns in rotating
+order (each block after one untimed iteration; the scheduler finishes after each block), so
+that a change of load on a shared machine hits all of them. Reported: the slowest rank's median
+iteration time.
 """
 
 from __future__ import annotations
@@ -82,16 +83,6 @@ def _runs(base: torch.nn.Module, data, gloo, args: argparse.Namespace
     """Per configuration: (one training iteration, what to call after the timed ones)."""
     loss_fn = torch.nn.CrossEntropyLoss()
     runs = {}
-    local = copy.deepcopy(base)
-    local_opt = torch.optim.SGD(local.parameters(), lr=LR)
-
-    def no_comm() -> None:
-        x, y = data()
-        local_opt.zero_grad()
-        loss_fn(local(x), y).backward()
-        local_opt.step()
-
-    runs["no communication"] = (no_comm, lambda: None)
     for name, group in (("DDP gloo", gloo), ("DDP commflow", None)):
         ddp = DistributedDataParallel(copy.deepcopy(base), process_group=group)
         opt = torch.optim.SGD(ddp.parameters(), lr=LR)
@@ -127,9 +118,14 @@ def _rank(args: argparse.Namespace) -> None:
         nparams = sum(p.numel() for p in base.parameters())
         runs = _runs(base, data, gloo, args)
         times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(2):
-            for name, (step, finish) in runs.items():
-                times[name] += _times(step, args.warmup, args.iters // 2)
+        names = list(runs)
+        for name in names:
+            _times(runs[name][0], args.warmup, 0)
+            runs[name][1]()
+        for r in range(args.rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                step, finish = runs[name]
+                times[name] += _times(step, 1, args.iters // args.rounds)
                 finish()
         medians = torch.tensor([statistics.median(t) for t in times.values()],
                                dtype=torch.float64)
@@ -137,23 +133,26 @@ def _rank(args: argparse.Namespace) -> None:
         rows.append((make.__name__, nparams, dict(zip(runs, medians.tolist(), strict=True))))
     if dist.get_rank() == 0:
         names = list(rows[0][2])
-        print(f"ranks {dist.get_world_size()}, median of {args.iters} iterations "
-              f"({args.iters // 2} after {args.warmup} warm-up, twice), slowest rank, ms; "
-              f"scheduler: {args.partition_mb:g} MiB partitions, {args.credits} credits")
-        print("| model | params | " + " | ".join(names) + " | scheduler / DDP gloo |")
-        print("|---|---|" + "---|" * (len(names) + 1))
+        print(f"ranks {dist.get_world_size()}, median of {args.iters} iterations in "
+              f"{args.rounds} rounds, slowest rank, ms; scheduler: {args.partition_mb:g} MiB "
+              f"partitions, {args.credits} credits")
+        print("| model | params | " + " | ".join(names)
+              + " | scheduler / DDP gloo | scheduler / DDP commflow |")
+        print("|---|---|" + "---|" * (len(names) + 2))
         for model, nparams, med in rows:
             cells = " | ".join(f"{1e3 * med[n]:.1f}" for n in names)
-            ratio = med["PriorityScheduler"] / med["DDP gloo"]
-            print(f"| {model} | {nparams / 1e6:.2f} M | {cells} | {ratio:.2f} |")
+            ratios = " | ".join(f"{med['PriorityScheduler'] / med[n]:.2f}"
+                                for n in ("DDP gloo", "DDP commflow"))
+            print(f"| {model} | {nparams / 1e6:.2f} M | {cells} | {ratios} |")
     dist.destroy_process_group()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=20, help="timed iterations (even)")
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20, help="timed iterations per configuration")
+    ap.add_argument("--rounds", type=int, default=4, help="blocks the iterations are cut in")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed iterations before round 1")
     ap.add_argument("--partition-mb", type=float, default=4.0, help="scheduler partition size")
     ap.add_argument("--credits", type=int, default=2, help="scheduler partitions in flight")
     args = ap.parse_args()

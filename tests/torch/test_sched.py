@@ -48,11 +48,25 @@ def _conv() -> torch.nn.Module:
     )
 
 
+class _Mixed(torch.nn.Module):
+    """One layer with a float32 weight and a float64 bias: two gradient buffers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(6, 3))
+        self.bias = torch.nn.Parameter(torch.randn(3, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x @ self.weight + self.bias.float())
+
+
 MODELS = {  # name: (model, input shape, output width)
     "mlp": (_mlp, (8, 16), 4),
     "conv": (_conv, (4, 3, 6, 6), 5),
     "attention": (_Attention, (4, 5, 6), 3),
+    "mixed dtypes": (_Mixed, (8, 6), 3),
 }
+MODES = ("per-layer optimizer", "finish then step", "on a gloo group")
 
 
 def _batches(name: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -86,11 +100,11 @@ def _ddp(name: str, group) -> list[np.ndarray]:
     return _params(model)
 
 
-def _scheduled(name: str, per_layer: bool) -> tuple[list[np.ndarray], list, list[str]]:
+def _scheduled(name: str, per_layer: bool, group=None) -> tuple[list[np.ndarray], list, list]:
     """Parameters after STEPS, the launches, and the layers' names in priority order."""
     model = _seeded(name)
     factory = _sgd if per_layer else None
-    sched = PriorityScheduler(model, partition_bytes=PARTITION, credits=CREDITS,
+    sched = PriorityScheduler(model, group, partition_bytes=PARTITION, credits=CREDITS,
                               optimizer_factory=factory, trace=True)
     opt = None if per_layer else _sgd(model.parameters())
     for x, y in _batches(name):
@@ -156,7 +170,8 @@ def _everything() -> dict[str, object]:
     out: dict[str, object] = {"order": _order(), "misuse": _misuse()}
     for name in MODELS:
         out[name] = {"ddp": _ddp(name, gloo), "per-layer optimizer": _scheduled(name, True),
-                     "finish then step": _scheduled(name, False)}
+                     "finish then step": _scheduled(name, False),
+                     "on a gloo group": _scheduled(name, True, gloo)}
     return out
 
 
@@ -165,7 +180,7 @@ def results(request) -> list[dict]:
     return run_group(_everything, request.param, timeout=60)
 
 
-@pytest.mark.parametrize("mode", ["per-layer optimizer", "finish then step"])
+@pytest.mark.parametrize("mode", MODES)
 def test_parameters_equal_ddp_on_gloo_after_five_steps(results, mode):
     start = {name: _params(_seeded(name)) for name in MODELS}
     for res in results:
@@ -185,13 +200,17 @@ def test_parameters_equal_ddp_on_gloo_after_five_steps(results, mode):
 def test_partitions_and_credits_are_kept(results):
     for res in results:
         for name in MODELS:
-            for mode in ("per-layer optimizer", "finish then step"):
+            nbytes = sum(p.numel() * p.element_size() for p in _seeded(name).parameters())
+            for mode in MODES:
                 _, trace, _ = res[name][mode]
-                nparams = sum(p.numel() for p in _seeded(name).parameters())
-                assert sum(launch.nbytes for launch in trace) == 4 * nparams * STEPS
-                assert max(launch.nbytes for launch in trace) == PARTITION
-                assert max(launch.in_flight for launch in trace) == CREDITS
+                assert sum(launch.nbytes for launch in trace) == nbytes * STEPS
+                assert max(launch.nbytes for launch in trace) <= PARTITION
                 assert min(launch.in_flight for launch in trace) >= 1
+                assert max(launch.in_flight for launch in trace) == CREDITS
+        assert max(launch.nbytes for launch in res["conv"]["per-layer optimizer"][1]) == PARTITION
+        parts = [(launch.layer, launch.part, launch.nbytes)
+                 for launch in res["mixed dtypes"]["per-layer optimizer"][1][:2]]
+        assert parts == [(0, 0, 72), (0, 1, 24)]  # the float32 buffer, then the float64 one
 
 
 def test_layers_follow_forward_order_and_fold_functional_modules(results):

@@ -109,7 +109,7 @@ def _scheduled(name: str, per_layer: bool, group=None) -> tuple[list[np.ndarray]
     opt = None if per_layer else _sgd(model.parameters())
     for x, y in _batches(name):
         if opt is not None:
-            opt.zero_grad()
+            opt.zero_grad(set_to_none=False)  # backward accumulates into the reduced buffers
         loss = (model(x) - y).pow(2).mean()
         loss.backward()
         # the loop's own collectives interleave with the scheduler's in the same order on

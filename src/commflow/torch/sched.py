@@ -74,6 +74,15 @@ class Launch:
     """Where it was launched: ``"backward"``, ``"forward"`` or ``"finish"``."""
 
 
+def _views(flat: torch.Tensor, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    """Each parameter's slice of its layer's gradient buffer, shaped like the parameter."""
+    views, start = [], 0
+    for p in params:
+        views.append(flat[start : start + p.numel()].view_as(p))
+        start += p.numel()
+    return views
+
+
 class _Partition:
     __slots__ = ("layer", "part", "view", "work")
 
@@ -225,7 +234,9 @@ class PriorityScheduler:
         layer.arrived.clear()
         layer.pending = True
         for flat, params in layer.buffers:
-            torch.cat([p.grad.reshape(-1) for p in params], out=flat)
+            if not all(p.grad.data_ptr() == view.data_ptr()
+                       for p, view in zip(params, _views(flat, params), strict=True)):
+                torch.cat([p.grad.reshape(-1) for p in params], out=flat)
             flat.div_(self._size)
         for part in layer.parts:
             heapq.heappush(self._queue, (layer.index, part.part, part))
@@ -259,7 +270,11 @@ class PriorityScheduler:
 
     def _complete(self, layer: _Layer, phase: str) -> None:
         """Launch (in priority order) until ``layer``'s partitions are all launched, wait for
-        them, then apply the averaged gradients and the layer's optimizer step."""
+        them, then apply the averaged gradients and the layer's optimizer step.
+
+        ``.grad`` becomes a view of the layer's buffer (no copy, as DDP's
+        ``gradient_as_bucket_view``); a backward that accumulates into those views (after
+        ``zero_grad(set_to_none=False)``) finds its gradients packed already."""
         while any(entry[2].layer is layer for entry in self._queue):
             if len(self._in_flight) >= self.credits:
                 self._retire()
@@ -268,14 +283,8 @@ class PriorityScheduler:
             self._retire()
         layer.pending = False
         for flat, params in layer.buffers:
-            start = 0
-            for p in params:
-                reduced = flat[start : start + p.numel()].view_as(p)
-                start += p.numel()
-                if p.grad is None:
-                    p.grad = reduced.clone()
-                else:
-                    p.grad.copy_(reduced)
+            for p, view in zip(params, _views(flat, params), strict=True):
+                p.grad = view
         if layer.optimizer is not None:
             layer.optimizer.step()
             layer.optimizer.zero_grad(set_to_none=True)

@@ -247,6 +247,8 @@ def test_bad_arguments_raise_value_error():
         PriorityScheduler(model, credits=0)
     with pytest.raises(ValueError, match="credits"):
         PriorityScheduler(model, credits=1.5)
+    with pytest.raises(CommflowError, match="call dist.init_process_group"):
+        PriorityScheduler(model)
 
 
 def test_misuse_raises_commflow_error_naming_the_layer(results):

@@ -42,7 +42,8 @@ updates. Without a factory, call :meth:`finish` after ``backward()`` and before 
 
 **Limits.** Every parameter that gets a gradient must get exactly one per backward, and every
 parameter of a layer must get one (no unused parameters, no gradient accumulation across
-several backward passes); the model's parameters and buffers are broadcast from group rank 0 at
+several backward passes); create the scheduler before the first forward (it learns the layer
+order there); the model's parameters and buffers are broadcast from group rank 0 at
 construction, buffers are not synchronized afterwards (DDP's ``broadcast_buffers``).
 """
 
@@ -147,6 +148,11 @@ class PriorityScheduler:
             raise ValueError(
                 f"PriorityScheduler: partition_bytes ({partition_bytes}) is smaller than one "
                 f"parameter element ({widest} bytes); use at least {widest}"
+            )
+        if not dist.is_initialized():
+            raise CommflowError(
+                "PriorityScheduler: torch.distributed is not initialized; call "
+                "dist.init_process_group (e.g. 'commflow') before creating the scheduler"
             )
         self.model, self.group = model, process_group
         self.partition_bytes, self.credits = partition_bytes, credits

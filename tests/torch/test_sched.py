@@ -60,11 +60,26 @@ class _Mixed(torch.nn.Module):
         return torch.tanh(x @ self.weight + self.bias.float())
 
 
+class _Tied(torch.nn.Module):
+    """The output layer shares the input layer's weight: a parameter two layers use."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(6, 6, bias=False)
+        self.mid = torch.nn.Linear(6, 6)
+        self.out = torch.nn.Linear(6, 6)
+        self.out.weight = self.inp.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.mid(self.inp(x))))
+
+
 MODELS = {  # name: (model, input shape, output width)
     "mlp": (_mlp, (8, 16), 4),
     "conv": (_conv, (4, 3, 6, 6), 5),
     "attention": (_Attention, (4, 5, 6), 3),
     "mixed dtypes": (_Mixed, (8, 6), 3),
+    "tied weights": (_Tied, (8, 6), 6),
 }
 MODES = ("per-layer optimizer", "finish then step", "on a gloo group")
 
@@ -218,6 +233,8 @@ def test_layers_follow_forward_order_and_fold_functional_modules(results):
     assert layers == ["embed", "attn", "head"]  # attn.out_proj is used by attn's forward
     _, _, layers = results[0]["conv"]["per-layer optimizer"]
     assert layers == ["0", "2", "5"]
+    _, _, layers = results[0]["tied weights"]["per-layer optimizer"]
+    assert layers == ["inp", "mid", "out"]  # the shared weight belongs to inp, updated first
 
 
 def test_launches_follow_layer_priority_when_several_are_ready(results):

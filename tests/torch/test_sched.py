@@ -115,12 +115,34 @@ def _ddp(name: str, group) -> list[np.ndarray]:
     return _params(model)
 
 
-def _scheduled(name: str, per_layer: bool, group=None) -> tuple[list[np.ndarray], list, list]:
-    """Parameters after STEPS, the launches, and the layers' names in priority order."""
+def _outstanding(pg) -> list[int]:
+    """Count, at each async allreduce the backend ``pg`` receives, how many of its async
+    allreduces are then incomplete, the new one included (independent of the scheduler's own
+    bookkeeping); the loop's blocking loss all-reduce is not the scheduler's and is skipped."""
+    counts: list[int] = []
+    works: list = []
+    allreduce = pg.allreduce
+
+    def counting(tensors, opts=None):
+        work = allreduce(tensors, opts)
+        if opts is not None and opts.asyncOp:
+            works.append(work)
+            counts.append(sum(not w.is_completed() for w in works))
+        return work
+
+    pg.allreduce = counting
+    return counts
+
+
+def _scheduled(name: str, per_layer: bool, group=None) -> dict[str, object]:
+    """Parameters after STEPS, the launches, the layers' names in priority order, and the
+    incomplete allreduces at each launch (on the commflow default group)."""
     model = _seeded(name)
     factory = _sgd if per_layer else None
     sched = PriorityScheduler(model, group, partition_bytes=PARTITION, credits=CREDITS,
                               optimizer_factory=factory, trace=True)
+    pg = dist.group.WORLD
+    outstanding = _outstanding(pg) if group is None else None
     opt = None if per_layer else _sgd(model.parameters())
     for x, y in _batches(name):
         if opt is not None:
@@ -134,7 +156,10 @@ def _scheduled(name: str, per_layer: bool, group=None) -> tuple[list[np.ndarray]
             sched.finish()
             opt.step()
     sched.finish()
-    return _params(model), sched.trace, [layer for layer, _ in sched.layers]
+    if outstanding is not None:
+        del pg.allreduce
+    return {"params": _params(model), "trace": sched.trace, "outstanding": outstanding,
+            "layers": [layer for layer, _ in sched.layers]}
 
 
 def _order() -> list:
@@ -201,14 +226,15 @@ def test_parameters_equal_ddp_on_gloo_after_five_steps(results, mode):
     for res in results:
         for name in MODELS:
             reference = res[name]["ddp"]
-            params, _, _ = res[name][mode]
+            params = res[name][mode]["params"]
             assert any(np.abs(p - q).max() > 1e-3 for p, q in zip(reference, start[name],
                                                                    strict=True))
             for p, q in zip(params, reference, strict=True):
                 np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6, err_msg=name)
     for name in MODELS:  # the replicas stay identical
         for res in results[1:]:
-            for p, q in zip(res[name][mode][0], results[0][name][mode][0], strict=True):
+            for p, q in zip(res[name][mode]["params"], results[0][name][mode]["params"],
+                            strict=True):
                 np.testing.assert_array_equal(p, q)
 
 
@@ -217,23 +243,28 @@ def test_partitions_and_credits_are_kept(results):
         for name in MODELS:
             nbytes = sum(p.numel() * p.element_size() for p in _seeded(name).parameters())
             for mode in MODES:
-                _, trace, _ = res[name][mode]
+                trace = res[name][mode]["trace"]
                 assert sum(launch.nbytes for launch in trace) == nbytes * STEPS
                 assert max(launch.nbytes for launch in trace) <= PARTITION
                 assert min(launch.in_flight for launch in trace) >= 1
                 assert max(launch.in_flight for launch in trace) == CREDITS
-        assert max(launch.nbytes for launch in res["conv"]["per-layer optimizer"][1]) == PARTITION
+                outstanding = res[name][mode]["outstanding"]
+                if mode != "on a gloo group":
+                    assert len(outstanding) == len(trace)
+                    assert max(outstanding) <= CREDITS
+        trace = res["conv"]["per-layer optimizer"]["trace"]
+        assert max(launch.nbytes for launch in trace) == PARTITION
         parts = [(launch.layer, launch.part, launch.nbytes)
-                 for launch in res["mixed dtypes"]["per-layer optimizer"][1][:2]]
+                 for launch in res["mixed dtypes"]["per-layer optimizer"]["trace"][:2]]
         assert parts == [(0, 0, 72), (0, 1, 24)]  # the float32 buffer, then the float64 one
 
 
 def test_layers_follow_forward_order_and_fold_functional_modules(results):
-    _, _, layers = results[0]["attention"]["per-layer optimizer"]
+    layers = results[0]["attention"]["per-layer optimizer"]["layers"]
     assert layers == ["embed", "attn", "head"]  # attn.out_proj is used by attn's forward
-    _, _, layers = results[0]["conv"]["per-layer optimizer"]
+    layers = results[0]["conv"]["per-layer optimizer"]["layers"]
     assert layers == ["0", "2", "5"]
-    _, _, layers = results[0]["tied weights"]["per-layer optimizer"]
+    layers = results[0]["tied weights"]["per-layer optimizer"]["layers"]
     assert layers == ["inp", "mid", "out"]  # the shared weight belongs to inp, updated first
 
 

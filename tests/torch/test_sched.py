@@ -162,8 +162,9 @@ def _scheduled(name: str, per_layer: bool, group=None) -> dict[str, object]:
             "layers": [layer for layer, _ in sched.layers]}
 
 
-def _order() -> list:
-    """The launches of one step on three equal layers cut in four partitions, one credit."""
+def _order() -> dict[str, object]:
+    """The launches of one step on three equal layers cut in four partitions, one credit;
+    then, after ``close()``, a backward that launches nothing and leaves local gradients."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(3)))
     sched = PriorityScheduler(model, partition_bytes=72, credits=1, trace=True,
@@ -171,7 +172,11 @@ def _order() -> list:
     x = torch.ones(2, 8)
     model(x).sum().backward()
     model(x)
-    return sched.trace
+    launches = list(sched.trace)
+    sched.close()
+    model(x * (dist.get_rank() + 1)).sum().backward()
+    return {"launches": launches, "after close": len(sched.trace) - len(launches),
+            "first weight grad": model[0].weight.grad.numpy().copy()}
 
 
 class _HalfUsed(torch.nn.Module):
@@ -276,9 +281,19 @@ def test_launches_follow_layer_priority_when_several_are_ready(results):
                 *(("forward", 0, k) for k in (1, 2, 3)), *(("forward", 1, k) for k in (1, 2, 3)),
                 ("forward", 2, 2), ("forward", 2, 3)]
     for res in results:
-        trace = res["order"]
+        trace = res["order"]["launches"]
         assert [(launch.phase, launch.layer, launch.part) for launch in trace] == expected
         assert {(launch.nbytes, launch.in_flight) for launch in trace} == {(72, 1)}
+
+
+def test_close_removes_the_hooks(results):
+    for res in results:
+        assert res["order"]["after close"] == 0
+    # the model is linear and rank r's input is (r + 1) x: local gradients scale with r + 1
+    grads = [res["order"]["first weight grad"] for res in results]
+    assert np.abs(grads[0]).min() > 0
+    for rank, grad in enumerate(grads):
+        np.testing.assert_allclose(grad, (rank + 1) * grads[0], rtol=1e-6)
 
 
 def test_bad_arguments_raise_value_error():

@@ -10,13 +10,15 @@ with one import and one word::
 
 ``dist.new_group(ranks, backend="commflow")`` gives sub-groups; ``COMMFLOW_ALGO`` or
 :func:`use_algorithms` choose algorithms; :mod:`commflow.torch.hooks` routes DDP buckets through
-commflow from any backend (gloo included), optionally compressed. Importing this package imports
-torch; ``import commflow`` alone does not.
+commflow from any backend (gloo included), optionally compressed;
+:class:`PriorityScheduler` (:mod:`commflow.torch.sched`) averages gradients without DDP, with
+prioritized, partitioned, credit-limited allreduces overlapping the next forward. Importing
+this package imports torch; ``import commflow`` alone does not.
 """
 
 import torch.distributed as dist
 
-from commflow.torch import hooks
+from commflow.torch import hooks, sched
 from commflow.torch.algo import (
     ENV_VAR,
     algorithm_for,
@@ -25,6 +27,7 @@ from commflow.torch.algo import (
     use_algorithms,
 )
 from commflow.torch.backend import BACKEND, CommflowProcessGroup, create_backend
+from commflow.torch.sched import Launch, PriorityScheduler
 from commflow.torch.work import CommflowWork
 
 dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cpu"])
@@ -34,10 +37,13 @@ __all__ = [
     "ENV_VAR",
     "CommflowProcessGroup",
     "CommflowWork",
+    "Launch",
+    "PriorityScheduler",
     "algorithm_for",
     "check_algorithm",
     "create_backend",
     "hooks",
     "parse_algorithms",
+    "sched",
     "use_algorithms",
 ]

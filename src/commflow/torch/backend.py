@@ -175,8 +175,33 @@ class CommflowProcessGroup(dist.ProcessGroup):
         return self._run("all_reduce", job, tensors)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts=None) -> CommflowWork:
-        """All-reduce several tensors as one operation."""
-        return self.allreduce(tensors, opts or dist.AllreduceCoalescedOptions())
+        """All-reduce several tensors, fused: the tensors of each dtype are packed into one
+        buffer (in order), reduced with one ``allreduce``, and copied back; a dtype with one
+        tensor is reduced in place. ``dist.all_reduce_coalesced`` and ``_coalescing_manager``
+        around ``all_reduce`` calls arrive here."""
+        opts = opts or dist.AllreduceCoalescedOptions()
+        views = [_flat(t, f"all_reduce_coalesced tensor {i}") for i, t in enumerate(tensors)]
+        groups: dict[np.dtype, list[np.ndarray]] = {}
+        for v in views:
+            groups.setdefault(v.dtype, []).append(v)
+        op = "sum"
+        for group in groups.values():
+            op = self._op(opts, "all_reduce_coalesced", group[0])
+        how = _how(Collective.ALLREDUCE, opts)
+
+        def job() -> None:
+            for group in groups.values():
+                if len(group) == 1:
+                    self.comm.allreduce(group[0], op, out=group[0], **how)
+                    continue
+                fused = np.concatenate(group)
+                self.comm.allreduce(fused, op, out=fused, **how)
+                start = 0
+                for v in group:
+                    v[:] = fused[start : start + v.size]
+                    start += v.size
+
+        return self._run("all_reduce_coalesced", job, tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts=None) -> CommflowWork:
         """Reduce into the root's tensor (``dist.reduce``)."""

@@ -1,0 +1,335 @@
+"""Priority communication scheduling for data-parallel training in plain PyTorch, after P3
+(Jayarajan et al., 2019) and ByteScheduler (Peng et al., 2019), without DDP::
+
+    sched = PriorityScheduler(model, optimizer_factory=lambda ps: torch.optim.SGD(ps, lr=0.1))
+    for x, y in batches:
+        loss_fn(model(x), y).backward()  # no optimizer.step(): the scheduler steps each layer
+    sched.finish()  # apply the last step's update
+
+**Layers and priorities.** A layer is a module that owns parameters, with the parameters of
+modules it calls functionally instead of through their ``forward`` (``MultiheadAttention``'s
+``out_proj``) folded into the nearest called ancestor. A layer's priority is the position at
+which its forward starts in the first forward pass: the layer nearest the input goes first,
+because the next iteration's forward needs it first.
+
+**Partitions and credits.** When the last parameter of a layer gets its gradient in backward
+(``register_post_accumulate_grad_hook``), the layer's gradients are packed into one buffer per
+dtype, divided by the world size (as DDP does) and cut into partitions of at most
+``partition_bytes``, which join a priority queue. A partition is launched (an async SUM
+allreduce on ``process_group``) only while fewer than ``credits`` partitions are in flight, so
+a large low-priority layer cannot fill the link ahead of the layers the next forward needs.
+
+**Why the scheduler waits instead of polling.** Collectives are matched across ranks by issue
+order, so every rank must launch the partitions in the same order and at the same points of
+the training loop (relative to the loop's own collectives, such as a loss all-reduce for
+logging). Launches therefore happen only at events every rank sees in the same order
+(gradients arriving, in autograd's order, and forward pre-hooks), never when an allreduce
+happens to finish. A credit comes back when the scheduler waits for the oldest in-flight
+partition, which it does at three points: when a layer's gradients are complete in backward (at
+most one wait, so backward stalls at most one partition per layer), in a layer's forward
+pre-hook (as many as that layer's own partitions need), and in :meth:`finish`.
+
+**The optimizer.** With ``optimizer_factory``, each layer gets its own optimizer over its
+parameters; the layer's forward pre-hook in the next iteration waits for the layer's
+partitions, writes the averaged gradients into ``.grad``, steps that optimizer and sets the
+gradients to ``None``. Parameters are updated just before they are used, and the forward of
+early layers overlaps the communication of later ones. Per-layer optimizers equal one global
+optimizer for element-wise rules (SGD, momentum, Adam, AdamW), not for rules that couple layers
+(gradient clipping by the global norm, LAMB's trust ratio over all parameters). Call
+:meth:`finish` after the last backward (and before evaluating or saving) to apply the pending
+updates. Without a factory, call :meth:`finish` after ``backward()`` and before your
+``optimizer.step()``: it leaves the averaged gradients in ``.grad``, as DDP does.
+
+**Limits.** Every parameter that gets a gradient must get exactly one per backward, and every
+parameter of a layer must get one (no unused parameters, no gradient accumulation across
+several backward passes); create the scheduler before the first forward (it learns the layer
+order there); the model's parameters and buffers are broadcast from group rank 0 at
+construction, buffers are not synchronized afterwards (DDP's ``broadcast_buffers``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from commflow.errors import CommflowError
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One partition's allreduce as the scheduler started it (kept in ``trace``)."""
+
+    layer: int
+    """The layer's priority: its position in forward order (0: nearest the input)."""
+    part: int
+    """The partition's index within its layer."""
+    nbytes: int
+    in_flight: int
+    """Partitions launched and not yet waited for, this one included."""
+    phase: str
+    """Where it was launched: ``"backward"``, ``"forward"`` or ``"finish"``."""
+
+
+def _views(flat: torch.Tensor, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    """Each parameter's slice of its layer's gradient buffer, shaped like the parameter."""
+    views, start = [], 0
+    for p in params:
+        views.append(flat[start : start + p.numel()].view_as(p))
+        start += p.numel()
+    return views
+
+
+class _Partition:
+    __slots__ = ("layer", "part", "view", "work")
+
+    def __init__(self, layer: _Layer, part: int, view: torch.Tensor) -> None:
+        self.layer, self.part, self.view = layer, part, view
+        self.work: dist.Work | None = None
+
+
+class _Layer:
+    """A layer's parameters, its gradient buffers (one per dtype) cut into partitions, and
+    the state of its current reduction."""
+
+    def __init__(self, index: int, name: str, params: list[torch.nn.Parameter],
+                 partition_bytes: int) -> None:
+        self.index, self.name, self.params = index, name, params
+        self.buffers: list[tuple[torch.Tensor, list[torch.nn.Parameter]]] = []
+        for dtype in dict.fromkeys(p.dtype for p in params):
+            same = [p for p in params if p.dtype == dtype]
+            self.buffers.append((torch.empty(sum(p.numel() for p in same), dtype=dtype), same))
+        self.parts: list[_Partition] = []
+        for flat, _ in self.buffers:
+            step = partition_bytes // flat.element_size()
+            for start in range(0, flat.numel(), step):
+                self.parts.append(_Partition(self, len(self.parts), flat[start : start + step]))
+        self.arrived: set[int] = set()
+        self.pending = False
+        self.optimizer: torch.optim.Optimizer | None = None
+
+
+class PriorityScheduler:
+    """Average the gradients of ``model`` over ``process_group`` (default: the default group)
+    with prioritized, partitioned, credit-limited allreduces; see the module docstring.
+
+    Raises ``ValueError`` for ``partition_bytes`` < 1 or smaller than a parameter element, or
+    ``credits`` < 1. With ``trace=True``, :attr:`trace` lists every :class:`Launch`.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        process_group: dist.ProcessGroup | None = None,
+        partition_bytes: int = 4 << 20,
+        credits: int = 2,
+        optimizer_factory: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
+        | None = None,
+        *,
+        trace: bool = False,
+    ) -> None:
+        if not isinstance(partition_bytes, int) or partition_bytes < 1:
+            raise ValueError(
+                f"PriorityScheduler: partition_bytes must be a positive number of bytes, got "
+                f"{partition_bytes!r}"
+            )
+        if not isinstance(credits, int) or credits < 1:
+            raise ValueError(
+                f"PriorityScheduler: credits (partitions in flight) must be at least 1, got "
+                f"{credits!r}"
+            )
+        params = [p for p in model.parameters() if p.requires_grad]
+        widest = max((p.element_size() for p in params), default=1)
+        if partition_bytes < widest:
+            raise ValueError(
+                f"PriorityScheduler: partition_bytes ({partition_bytes}) is smaller than one "
+                f"parameter element ({widest} bytes); use at least {widest}"
+            )
+        if not dist.is_initialized():
+            raise CommflowError(
+                "PriorityScheduler: torch.distributed is not initialized; call "
+                "dist.init_process_group (e.g. 'commflow') before creating the scheduler"
+            )
+        self.model, self.group = model, process_group
+        self.partition_bytes, self.credits = partition_bytes, credits
+        self.optimizer_factory = optimizer_factory
+        self.trace: list[Launch] | None = [] if trace else None
+        self._size = dist.get_world_size(process_group)
+        self._layers: list[_Layer] | None = None
+        self._layer_of: dict[int, _Layer] = {}
+        self._by_module: dict[int, _Layer] = {}
+        self._called: dict[int, int] = {}
+        self._queue: list[tuple[int, int, _Partition]] = []
+        self._in_flight: deque[_Partition] = deque()
+        self._sync_replicas()
+        self._handles = {
+            id(m): m.register_forward_pre_hook(self._make_pre_hook(m)) for m in model.modules()
+        }
+        self._grad_handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
+                              for p in params]
+
+    @property
+    def layers(self) -> list[tuple[str, list[torch.nn.Parameter]]]:
+        """``(module name, parameters)`` of each layer in priority order (empty before the
+        first backward, when the layers are formed)."""
+        return [(layer.name, layer.params) for layer in self._layers or []]
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The per-layer optimizers in priority order, made by ``optimizer_factory`` at the
+        first backward (empty without a factory)."""
+        return [layer.optimizer for layer in self._layers or [] if layer.optimizer is not None]
+
+    def finish(self) -> None:
+        """Wait for every reduction, write the averaged gradients into ``.grad`` and, with
+        an ``optimizer_factory``, apply every pending layer's step. Raises ``CommflowError``
+        when some layer got only part of its gradients in the last backward."""
+        for layer in self._layers or []:
+            if layer.arrived:
+                ids = {id(p) for p in layer.params}
+                missing = [n for n, p in self.model.named_parameters()
+                           if id(p) in ids and id(p) not in layer.arrived]
+                raise CommflowError(
+                    f"PriorityScheduler: layer {layer.name!r} on rank {dist.get_rank()} got no "
+                    f"gradient for {', '.join(missing)} in the last backward; every parameter "
+                    f"of a layer must get one (freeze unused parameters with "
+                    f"requires_grad_(False) before creating the scheduler)"
+                )
+        for layer in self._layers or []:
+            if layer.pending:
+                self._complete(layer, "finish")
+
+    def close(self) -> None:
+        """:meth:`finish`, then remove every hook the scheduler installed."""
+        self.finish()
+        for handle in [*self._handles.values(), *self._grad_handles]:
+            handle.remove()
+        self._handles, self._grad_handles = {}, []
+
+    # -- hooks ------------------------------------------------------------------------------
+    def _make_pre_hook(self, module: torch.nn.Module) -> Callable:
+        def pre_hook(_module: torch.nn.Module, _args: tuple) -> None:
+            if self._layers is None:
+                self._called.setdefault(id(module), len(self._called))
+                return
+            layer = self._by_module.get(id(module))
+            if layer is not None and layer.pending:
+                self._complete(layer, "forward")
+                self._pump("forward", waits=0)
+
+        return pre_hook
+
+    def _grad_ready(self, param: torch.nn.Parameter) -> None:
+        if self._layers is None:
+            self._form_layers()
+        layer = self._layer_of[id(param)]
+        if layer.pending or id(param) in layer.arrived:
+            raise CommflowError(
+                f"PriorityScheduler: a parameter of layer {layer.name!r} on rank "
+                f"{dist.get_rank()} got a second gradient before the layer's reduction was "
+                f"applied; call backward once per step, run every layer's forward, and call "
+                f"finish() before a backward that follows no forward"
+            )
+        layer.arrived.add(id(param))
+        if len(layer.arrived) < len(layer.params):
+            return
+        layer.arrived.clear()
+        layer.pending = True
+        for flat, params in layer.buffers:
+            if not all(p.grad.data_ptr() == view.data_ptr()
+                       for p, view in zip(params, _views(flat, params), strict=True)):
+                torch.cat([p.grad.reshape(-1) for p in params], out=flat)
+            flat.div_(self._size)
+        for part in layer.parts:
+            heapq.heappush(self._queue, (layer.index, part.part, part))
+        self._pump("backward", waits=1)
+
+    # -- scheduling -------------------------------------------------------------------------
+    def _pump(self, phase: str, waits: int) -> None:
+        """Launch queued partitions by priority while credits are free, waiting for the
+        oldest in-flight partition at most ``waits`` times to free one."""
+        while self._queue:
+            if len(self._in_flight) >= self.credits:
+                if waits == 0:
+                    return
+                self._retire()
+                waits -= 1
+            self._launch(phase)
+
+    def _launch(self, phase: str) -> None:
+        _, _, part = heapq.heappop(self._queue)
+        part.work = dist.all_reduce(part.view, group=self.group, async_op=True)
+        self._in_flight.append(part)
+        if self.trace is not None:
+            self.trace.append(Launch(part.layer.index, part.part,
+                                     part.view.numel() * part.view.element_size(),
+                                     len(self._in_flight), phase))
+
+    def _retire(self) -> None:
+        part = self._in_flight.popleft()
+        part.work.wait()
+        part.work = None
+
+    def _complete(self, layer: _Layer, phase: str) -> None:
+        """Launch (in priority order) until ``layer``'s partitions are all launched, wait for
+        them, then apply the averaged gradients and the layer's optimizer step.
+
+        ``.grad`` becomes a view of the layer's buffer (no copy, as DDP's
+        ``gradient_as_bucket_view``); a backward that accumulates into those views (after
+        ``zero_grad(set_to_none=False)``) finds its gradients packed already."""
+        while any(entry[2].layer is layer for entry in self._queue):
+            if len(self._in_flight) >= self.credits:
+                self._retire()
+            self._launch(phase)
+        while any(part.layer is layer for part in self._in_flight):
+            self._retire()
+        layer.pending = False
+        for flat, params in layer.buffers:
+            for p, view in zip(params, _views(flat, params), strict=True):
+                p.grad = view
+        if layer.optimizer is not None:
+            layer.optimizer.step()
+            layer.optimizer.zero_grad(set_to_none=True)
+
+    # -- set-up -----------------------------------------------------------------------------
+    def _sync_replicas(self) -> None:
+        with torch.no_grad():
+            for t in [*self.model.parameters(), *self.model.buffers()]:
+                dist.broadcast(t.data, group_src=0, group=self.group)
+
+    def _form_layers(self) -> None:
+        """Group the parameters into layers ordered by forward start (first backward)."""
+        parent: dict[int, torch.nn.Module] = {}
+        names: dict[int, str] = {}
+        for name, module in self.model.named_modules():
+            names[id(module)] = name or type(module).__name__
+            for child in module.children():
+                parent.setdefault(id(child), module)
+        owners: dict[int, tuple[torch.nn.Module, list[torch.nn.Parameter]]] = {}
+        seen: set[int] = set()
+        for module in self.model.modules():
+            own = [p for p in module.parameters(recurse=False)
+                   if p.requires_grad and id(p) not in seen]
+            if not own:
+                continue
+            seen.update(id(p) for p in own)
+            owner = module
+            while id(owner) not in self._called and id(owner) in parent:
+                owner = parent[id(owner)]
+            owners.setdefault(id(owner), (owner, []))[1].extend(own)
+        unseen = len(self._called)  # owners never called: after the others, in module order
+        order = sorted(owners.values(), key=lambda o: self._called.get(id(o[0]), unseen))
+        self._layers = []
+        for index, (module, params) in enumerate(order):
+            layer = _Layer(index, names[id(module)], params, self.partition_bytes)
+            if self.optimizer_factory is not None:
+                layer.optimizer = self.optimizer_factory(params)
+            self._layers.append(layer)
+            self._by_module[id(module)] = layer
+            self._layer_of.update((id(p), layer) for p in params)
+        for key in [k for k in self._handles if k not in self._by_module]:
+            self._handles.pop(key).remove()

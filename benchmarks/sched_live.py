@@ -266,8 +266,11 @@ def main() -> None:
     nranks = args.ranks
     if args.hosts:
         nranks = sum(int(h.split(":")[1]) for h in args.hosts.split(","))
+    env = {"OMP_NUM_THREADS": "1"}
+    if args.hosts:  # torch's gloo would resolve the host name to loopback in a namespace
+        env["GLOO_SOCKET_IFNAME"] = "eth0"
     status = launch([sys.executable, *sys.argv], nranks, hosts=args.hosts,
-                    prefix_output=False, env={"OMP_NUM_THREADS": "1"})
+                    prefix_output=False, env=env)
     sys.exit(status)
 
 

@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 
+from commflow.runtime import CommMismatchError
+
 from .harness import run_world
 
 
@@ -91,3 +93,26 @@ def test_timeout_names_operation_sequence_and_peers():
     ok, text = run_world(_absent, 2, timeout=30, expect_failure=True)[0]
     assert not ok and text.startswith("CommTimeoutError"), text
     assert "allreduce #0" in text and "peers not heard from: [1]" in text, text
+
+
+def _fast_path_against_a_program(comm, case):
+    x = np.ones(1024, np.float32)
+    start = time.monotonic()
+    try:
+        if case == "algo":
+            comm.allreduce(x, algo="shm" if comm.rank == 0 else "ring")
+        else:
+            comm.allreduce(x) if comm.rank == 0 else comm.alltoall(x)
+    except CommMismatchError as error:
+        return "mismatch", time.monotonic() - start, str(error)
+    return "ok", time.monotonic() - start, ""
+
+
+@pytest.mark.parametrize("case", ["algo", "collective"])
+def test_fast_path_against_a_program_path_is_a_mismatch_not_a_hang(case):
+    # the fast path and a program exchange no messages: the ranks' posted current calls
+    # tell them apart within a fraction of a second, not at the 30 s deadline
+    results = run_world(_fast_path_against_a_program, 2, case, timeout=30)
+    for kind, seconds, _ in results:
+        assert kind == "mismatch" and seconds < 5, (kind, seconds)
+    assert "called another operation in this slot" in results[0][2] + results[1][2]

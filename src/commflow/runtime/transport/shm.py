@@ -95,6 +95,43 @@ class ShmEndpoint:
         self.busy: list[int] | None = None
         """Unfinished sends and receives per local peer, once one was started: then only
         those peers' deaths abort the operation (``None``: every local peer's does)."""
+        self.collective = signature.op == "collective"
+        """Collectives share one sequence per communicator; point-to-point operations
+        count per peer and direction, so only collectives post and compare current calls."""
+        if self.collective:
+            self._publish()
+
+    def _publish(self) -> None:
+        """Post this operation as the rank's current call (flag words 6, 7 and 1: sequence
+        number + 1, signature digest, communicator), whatever path runs it, so that a peer
+        that called something else in the same slot (e.g. the fast path against a program,
+        which never exchange messages) notices while it waits. The sequence number goes
+        last: a reader that sees it unchanged around its reads has a consistent triple."""
+        flags = self.t.host.flags[self.t.host.me]
+        flags[7] = self.digest & 0x7FFF_FFFF_FFFF_FFFF
+        flags[1] = self.comm
+        flags[6] = self.seq + 1
+
+    def check_peers_calls(self) -> None:
+        """Raise ``CommMismatchError`` (and abort the host) when a local peer's current call
+        on this communicator has this operation's sequence number and another signature."""
+        host = self.t.host
+        mine = self.digest & 0x7FFF_FFFF_FFFF_FFFF
+        for local in range(host.layout.nlocal):
+            if local == host.me:
+                continue
+            flags = host.flags[local]
+            before = int(flags[6])
+            comm, digest = int(flags[1]), int(flags[7])
+            after = int(flags[6])
+            if before == after == self.seq + 1 and comm == self.comm and digest != mine:
+                host.abort(ABORT_MISMATCH, host.me, self.seq)
+                raise CommMismatchError(
+                    f"{self.signature.collective} #{self.seq} on rank "
+                    f"{self.t.ranks[host.me]}: rank {self.t.ranks[local]} called another "
+                    f"operation in this slot ({self.signature.describe()} here, with its own "
+                    "algorithm path): every rank must call the same collectives in the same "
+                    "order with the same size, dtype, op, root and algo")
 
     def _opened(self, op):
         if self.busy is None:
@@ -127,6 +164,8 @@ class ShmEndpoint:
             return
         if rounds % 64 == 0:
             self.check_peers_alive()
+            if self.collective:
+                self.check_peers_calls()
         host.sleep(lambda: bool(bell[0]), max(0.0, deadline - time.monotonic()))
 
     def check_peers_alive(self) -> None:

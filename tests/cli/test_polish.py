@@ -132,3 +132,15 @@ def test_json_is_a_flag_on_every_command_that_has_it():
                 found.append(" ".join(command))
                 assert param.is_flag, command
     assert {"bench", "sim", "bound", "p2p", "topo show", "algos"} <= set(found)
+
+
+def test_shell_completion_completes_commands():
+    script = subprocess.run([sys.executable, "-m", "commflow.cli", "--show-completion", "bash"],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "SHELL": "/bin/bash"})
+    assert script.returncode == 0 and "_commflow_completion" in script.stdout
+    env = {**os.environ, "_COMMFLOW_COMPLETE": "complete_bash", "COMP_WORDS": "commflow sc",
+           "COMP_CWORD": "1"}
+    words = subprocess.run([sys.executable, "-m", "commflow.cli"], capture_output=True,
+                           text=True, timeout=60, env=env).stdout.split()
+    assert words == ["sched"]

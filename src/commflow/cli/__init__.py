@@ -39,7 +39,7 @@ app = typer.Typer(
     help="Collective communication for distributed deep learning: topologies, algorithms as "
     "programs, verification, simulation, lower bounds and MSCCL export.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode="rich",
     cls=CommflowGroup,
     context_settings=CONTEXT,

@@ -104,7 +104,7 @@ def _runs(base: torch.nn.Module, data, gloo, args: argparse.Namespace
         runs[name] = (step, lambda: None)
     model = copy.deepcopy(base)
     sched = PriorityScheduler(model, partition_bytes=int(args.partition_mb * 2**20),
-                              credits=args.credits,
+                              credits=args.credits, fuse_bytes=int(args.fuse_mb * 2**20),
                               optimizer_factory=lambda ps: torch.optim.SGD(ps, lr=LR))
 
     def scheduled() -> None:
@@ -200,7 +200,7 @@ def _predict(model: torch.nn.Module, data, cost, args: argparse.Namespace) -> di
     work = Workload("model", tuple(Layer(f"L{i}", f, b, g)
                                    for i, (f, b, g) in enumerate(measured)))
     sched = Policy("scheduler", order="priority", partition_bytes=args.partition_mb * (1 << 20),
-                   credits=args.credits)
+                   credits=args.credits, bucket_bytes=args.fuse_mb * (1 << 20))
     return {"DDP": simulate(work, "ddp", cost).iteration_time,
             "scheduler": simulate(work, sched, cost).iteration_time}
 
@@ -235,7 +235,8 @@ def _rank(args: argparse.Namespace) -> None:
         names = list(rows[0][2])
         print(f"ranks {dist.get_world_size()}, median of {args.iters} iterations in "
               f"{args.rounds} rounds, slowest rank, ms; scheduler: {args.partition_mb:g} MiB "
-              f"partitions, {args.credits} credits; predicted: commflow.sched")
+              f"partitions, {args.credits} credits, layers fused up to {args.fuse_mb:g} MiB; "
+              f"predicted: commflow.sched")
         print("| model | params | " + " | ".join(names)
               + " | scheduler / DDP gloo | scheduler / DDP commflow | predicted DDP | "
               "predicted scheduler | predicted scheduler / DDP |")
@@ -258,6 +259,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5, help="untimed iterations before round 1")
     ap.add_argument("--partition-mb", type=float, default=4.0, help="scheduler partition size")
     ap.add_argument("--credits", type=int, default=2, help="scheduler partitions in flight")
+    ap.add_argument("--fuse-mb", type=float, default=0.0,
+                    help="scheduler: join consecutive layers up to this many MiB")
     ap.add_argument("--hosts", default=None, help="run in emulated hosts, e.g. h0:1,h1:1")
     args = ap.parse_args()
     if "RANK" in os.environ:

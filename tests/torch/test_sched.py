@@ -81,7 +81,7 @@ MODELS = {  # name: (model, input shape, output width)
     "mixed dtypes": (_Mixed, (8, 6), 3),
     "tied weights": (_Tied, (8, 6), 6),
 }
-MODES = ("per-layer optimizer", "finish then step", "on a gloo group")
+MODES = ("per-layer optimizer", "finish then step", "on a gloo group", "fused")
 
 
 def _batches(name: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -134,13 +134,13 @@ def _outstanding(pg) -> list[int]:
     return counts
 
 
-def _scheduled(name: str, per_layer: bool, group=None) -> dict[str, object]:
+def _scheduled(name: str, per_layer: bool, group=None, fuse_bytes: int = 0) -> dict[str, object]:
     """Parameters after STEPS, the launches, the layers' names in priority order, and the
     incomplete allreduces at each launch (on the commflow default group)."""
     model = _seeded(name)
     factory = _sgd if per_layer else None
     sched = PriorityScheduler(model, group, partition_bytes=PARTITION, credits=CREDITS,
-                              optimizer_factory=factory, trace=True)
+                              optimizer_factory=factory, fuse_bytes=fuse_bytes, trace=True)
     pg = dist.group.WORLD
     outstanding = _outstanding(pg) if group is None else None
     opt = None if per_layer else _sgd(model.parameters())
@@ -216,7 +216,8 @@ def _everything() -> dict[str, object]:
     for name in MODELS:
         out[name] = {"ddp": _ddp(name, gloo), "per-layer optimizer": _scheduled(name, True),
                      "finish then step": _scheduled(name, False),
-                     "on a gloo group": _scheduled(name, True, gloo)}
+                     "on a gloo group": _scheduled(name, True, gloo),
+                     "fused": _scheduled(name, True, fuse_bytes=1 << 20)}
     return out
 
 
@@ -252,7 +253,8 @@ def test_partitions_and_credits_are_kept(results):
                 assert sum(launch.nbytes for launch in trace) == nbytes * STEPS
                 assert max(launch.nbytes for launch in trace) <= PARTITION
                 assert min(launch.in_flight for launch in trace) >= 1
-                assert max(launch.in_flight for launch in trace) == CREDITS
+                most = max(launch.in_flight for launch in trace)
+                assert most == CREDITS or (mode == "fused" and most <= CREDITS)
                 outstanding = res[name][mode]["outstanding"]
                 if mode != "on a gloo group":
                     assert len(outstanding) == len(trace)
@@ -262,6 +264,16 @@ def test_partitions_and_credits_are_kept(results):
         parts = [(launch.layer, launch.part, launch.nbytes)
                  for launch in res["mixed dtypes"]["per-layer optimizer"]["trace"][:2]]
         assert parts == [(0, 0, 72), (0, 1, 24)]  # the float32 buffer, then the float64 one
+
+
+def test_fusion_joins_consecutive_small_layers_into_one_reduction(results):
+    # every model here is far under 1 MiB: one layer, one reduction group, whatever it has
+    for res in results:
+        for name in MODELS:
+            layers = res[name]["fused"]["layers"]
+            unfused = res[name]["per-layer optimizer"]["layers"]
+            assert layers == ["+".join(unfused)]
+            assert {launch.layer for launch in res[name]["fused"]["trace"]} == {0}
 
 
 def test_layers_follow_forward_order_and_fold_functional_modules(results):
@@ -310,6 +322,8 @@ def test_bad_arguments_raise_value_error():
         PriorityScheduler(model, credits=0)
     with pytest.raises(ValueError, match="credits"):
         PriorityScheduler(model, credits=1.5)
+    with pytest.raises(ValueError, match="fuse_bytes must be a number of bytes >= 0"):
+        PriorityScheduler(model, fuse_bytes=-1)
     with pytest.raises(CommflowError, match="call dist.init_process_group"):
         PriorityScheduler(model)
 

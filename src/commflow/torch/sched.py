@@ -12,6 +12,12 @@ modules it calls functionally instead of through their ``forward`` (``MultiheadA
 which its forward starts in the first forward pass: the layer nearest the input goes first,
 because the next iteration's forward needs it first.
 
+**Fusion.** With ``fuse_bytes``, consecutive layers (in forward order) whose gradients total
+at most that many bytes are reduced together as one layer (DDP's and Horovod's answer to
+many small tensors: one allreduce's latency instead of several); such a group is ready when
+its first layer, the last in backward, has its gradients, and its first layer's forward
+waits for it.
+
 **Partitions and credits.** When the last parameter of a layer gets its gradient in backward
 (``register_post_accumulate_grad_hook``), the layer's gradients are packed into one buffer per
 dtype, divided by the world size (as DDP does) and cut into partitions of at most
@@ -130,12 +136,18 @@ class PriorityScheduler:
         optimizer_factory: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
         | None = None,
         *,
+        fuse_bytes: int = 0,
         trace: bool = False,
     ) -> None:
         if not isinstance(partition_bytes, int) or partition_bytes < 1:
             raise ValueError(
                 f"PriorityScheduler: partition_bytes must be a positive number of bytes, got "
                 f"{partition_bytes!r}"
+            )
+        if not isinstance(fuse_bytes, int) or fuse_bytes < 0:
+            raise ValueError(
+                f"PriorityScheduler: fuse_bytes must be a number of bytes >= 0, got "
+                f"{fuse_bytes!r}"
             )
         if not isinstance(credits, int) or credits < 1:
             raise ValueError(
@@ -156,6 +168,7 @@ class PriorityScheduler:
             )
         self.model, self.group = model, process_group
         self.partition_bytes, self.credits = partition_bytes, credits
+        self.fuse_bytes = fuse_bytes
         self.optimizer_factory = optimizer_factory
         self.trace: list[Launch] | None = [] if trace else None
         self._size = dist.get_world_size(process_group)
@@ -296,6 +309,23 @@ class PriorityScheduler:
             layer.optimizer.zero_grad(set_to_none=True)
 
     # -- set-up -----------------------------------------------------------------------------
+    def _fused(self, order: list[tuple[torch.nn.Module, list[torch.nn.Parameter]]]
+               ) -> list[list[tuple[torch.nn.Module, list[torch.nn.Parameter]]]]:
+        """Consecutive owners (in forward order) joined while their gradients total at most
+        :attr:`fuse_bytes` (each owner alone with 0): one reduction for several small
+        layers, ready when the first of them (the last in backward) has its gradients."""
+        groups: list[list[tuple[torch.nn.Module, list[torch.nn.Parameter]]]] = []
+        size = 0
+        for owner in order:
+            nbytes = sum(p.numel() * p.element_size() for p in owner[1])
+            if groups and size + nbytes <= self.fuse_bytes:
+                groups[-1].append(owner)
+                size += nbytes
+            else:
+                groups.append([owner])
+                size = nbytes
+        return groups
+
     def _sync_replicas(self) -> None:
         with torch.no_grad():
             for t in [*self.model.parameters(), *self.model.buffers()]:
@@ -324,12 +354,14 @@ class PriorityScheduler:
         unseen = len(self._called)  # owners never called: after the others, in module order
         order = sorted(owners.values(), key=lambda o: self._called.get(id(o[0]), unseen))
         self._layers = []
-        for index, (module, params) in enumerate(order):
-            layer = _Layer(index, names[id(module)], params, self.partition_bytes)
+        for index, group in enumerate(self._fused(order)):
+            params = [p for _, ps in group for p in ps]
+            layer = _Layer(index, "+".join(names[id(m)] for m, _ in group), params,
+                           self.partition_bytes)
             if self.optimizer_factory is not None:
                 layer.optimizer = self.optimizer_factory(params)
             self._layers.append(layer)
-            self._by_module[id(module)] = layer
+            self._by_module.update((id(m), layer) for m, _ in group)
             self._layer_of.update((id(p), layer) for p in params)
         for key in [k for k in self._handles if k not in self._by_module]:
             self._handles.pop(key).remove()

@@ -150,3 +150,28 @@ def test_bound_a100_allgather(commflow):
 def test_bound_bad_size(commflow):
     run = commflow("bound", "allgather", "--topo", "dgx1", "--size", "lots")
     assert run.code == 2 and "error: cannot parse size 'lots'" in run.stderr
+
+
+def test_sim_compares_algorithms_and_plots(commflow, tmp_path):
+    from commflow.algorithms import build_for
+
+    png = tmp_path / "cmp.png"
+    run = commflow("sim", "allreduce", "--topo", "dgx1", "--algo", "ring,direct", "-b", "1K",
+                   "-e", "1M", "-f", "1024", "--json", "--plot", str(png))
+    assert run.code == 0, run.stderr
+    records = json.loads(run.stdout)
+    assert [(r["algo"], r["size"]) for r in records] == [
+        ("ring", 1024), ("ring", 1 << 20), ("direct", 1024), ("direct", 1 << 20)]
+    topo = load("dgx1")
+    ring = simulate(build_for("allreduce", "ring", topo), topo, 1 << 20)
+    assert records[1]["busbw"] == pytest.approx(ring.busbw / 1e9, rel=1e-3)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    table = commflow("sim", "allreduce", "--topo", "dgx1", "--algo", "all", "-b", "1K",
+                     "-e", "1G", "-f", "1048576")
+    assert table.code == 0
+    lines = table.stdout.splitlines()
+    header = lines[1].split()
+    assert "multi_ring" in header and "ina" not in header  # dgx1 has no switch
+    assert lines[2].split()[-2] == "direct" and lines[3].split()[-2] == "multi_ring"
+    bad = commflow("sim", "allreduce", "--topo", "dgx1", "--algo", "ring,ina")
+    assert bad.code == 2 and "links to no switch" in bad.stderr

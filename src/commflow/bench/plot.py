@@ -1,8 +1,8 @@
-"""``--plot``: busbw against size for every benchmarked run, on one PNG (matplotlib)."""
+"""``--plot``: busbw against size, one line per run or algorithm, on one PNG (matplotlib)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from commflow.bench.harness import Measurement
@@ -24,6 +24,34 @@ def plot_busbw(
     """
     if not measurements:
         raise CommflowError("nothing to plot: no measurements")
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for m in measurements:
+        label = f"{m.impl} {m.algo}" if m.impl == "commflow" else m.impl
+        key = f"{label} ({'in' if m.inplace else 'out-of'}-place)"
+        lines.setdefault(key, []).append((m.size, m.busbw))
+    flat = None if bound is None else ("memory-bandwidth bound", bound)
+    plot_curves(lines, path, title=title, level=flat,
+                dashed=lambda label: "in-place" in label)
+
+
+def plot_curves(
+    curves: Mapping[str, Sequence[tuple[int, float]]],
+    path: str | Path,
+    *,
+    title: str = "",
+    level: tuple[str, float] | None = None,
+    reference: tuple[str, Sequence[tuple[int, float]]] | None = None,
+    dashed: Callable[[str], bool] = lambda label: False,
+) -> None:
+    """Draw each curve's ``(size, busbw bytes/s)`` points (GB/s on a log axis against size
+    on a log 2 axis), a ``level`` (label, bytes/s) as a horizontal dotted line and a
+    ``reference`` curve (label, points) dotted, into the PNG ``path``.
+
+    Raises ``CommflowError`` when matplotlib is missing, there is nothing to draw or ``path``
+    cannot be written.
+    """
+    if not curves:
+        raise CommflowError("nothing to plot: no curves")
     try:
         import matplotlib
 
@@ -31,24 +59,19 @@ def plot_busbw(
         import matplotlib.pyplot as plt
     except ImportError:
         raise CommflowError("--plot needs matplotlib: pip install 'commflow[plot]'") from None
-    lines: dict[str, list[Measurement]] = {}
-    for m in measurements:
-        label = f"{m.impl} {m.algo}" if m.impl == "commflow" else m.impl
-        lines.setdefault(f"{label} ({'in' if m.inplace else 'out-of'}-place)", []).append(m)
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    for label, points in lines.items():
-        points = sorted(points, key=lambda m: m.size)
-        ax.plot(
-            [m.size for m in points],
-            [m.busbw / GB for m in points],
-            marker="o",
-            markersize=3,
-            linestyle="--" if "in-place" in label else "-",
-            label=label,
-        )
-    if bound is not None:
-        ax.axhline(bound / GB, color="black", linestyle=":", label="memory-bandwidth bound")
-    sizes = sorted({m.size for m in measurements})
+    for label, points in curves.items():
+        points = sorted(points)
+        ax.plot([s for s, _ in points], [b / GB for _, b in points], marker="o", markersize=3,
+                linestyle="--" if dashed(label) else "-", label=label)
+    if reference is not None:
+        label, points = reference
+        points = sorted(points)
+        ax.plot([s for s, _ in points], [b / GB for _, b in points], color="black",
+                linestyle=":", label=label)
+    if level is not None:
+        ax.axhline(level[1] / GB, color="black", linestyle=":", label=level[0])
+    sizes = sorted({s for points in curves.values() for s, _ in points})
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(sizes, [format_size(s) for s in sizes], rotation=60, fontsize=7)

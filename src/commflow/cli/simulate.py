@@ -8,7 +8,8 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress
 
-from commflow.algorithms import build_for
+from commflow.algorithms import available, build_for
+from commflow.bench.plot import plot_curves
 from commflow.cli._output import (
     Model,
     Target,
@@ -19,8 +20,11 @@ from commflow.cli._output import (
     number,
     out,
     parse_params,
+    table,
     usec,
 )
+from commflow.collectives import parse_collective
+from commflow.errors import AlgorithmError, CommflowError
 from commflow.ir.program import ParticipantKind
 from commflow.sim import Bound, SimResult, lower_bound, simulate
 from commflow.topology import Topology, load
@@ -42,7 +46,9 @@ def cut_names(topology: Topology, bound: Bound) -> str:
 def sim(
     collective: str = typer.Argument(..., help="Collective: allreduce, allgather, ..."),
     topo: str = typer.Option(..., "--topo", "-t", help=TOPO_HELP),
-    algo: str = typer.Option(..., "--algo", "-a", help="Algorithm name (see `commflow algos`)."),
+    algo: str = typer.Option(
+        ..., "--algo", "-a",
+        help="Algorithm name (see `commflow algos`), several comma-separated, or `all`."),
     begin: str = typer.Option("8", "-b", "--minbytes", help="Smallest size (64K, 16M, 1G)."),
     end: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size."),
     factor: int = typer.Option(4, "-f", "--stepfactor", help="Size multiplier between rows."),
@@ -62,6 +68,7 @@ def sim(
         help="Where it runs: live (unbounded buffers), msccl, msccl-executor or rccl "
         "(bounded buffers: a program that would hang there is refused).",
     ),  # type: ignore[valid-type]
+    plot: str = typer.Option(None, "--plot", help="Draw busbw against size into this PNG."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
 ) -> None:
     """Simulate an algorithm on a topology over a range of sizes, like nccl-tests.
@@ -71,13 +78,16 @@ def sim(
     size(B) count type time(us) algbw(GB/s) busbw(GB/s), then the lower bound's time and
     %bound = bound / time * 100 (100 means the algorithm meets the bound; for programs whose
     switches aggregate, like ina, the bound with in-network aggregation). GB = 1e9 bytes;
-    sizes take K/M/G suffixes.
+    sizes take K/M/G suffixes. With several algorithms (`--algo ring,direct` or `--algo all`:
+    every registered one that applies), one busbw column per algorithm, the fastest per
+    size, and the (ranks-only) bound's busbw; --plot draws them.
 
     [bold]Examples[/bold]
 
       commflow sim allreduce --topo dgx1 --algo ring
       commflow sim allreduce --topo dgx1 --algo double_binary_tree -b 1K -e 64M -f 8
       commflow sim allgather --topo dgx-a100x2 --algo ring --model flow --json
+      commflow sim allreduce --topo dgx1 --algo all -b 1K -e 1G -f 32 --plot dgx1.png
     """
     model, target = model.value, target.value
     topology = load(topo)
@@ -86,6 +96,10 @@ def sim(
     extra = parse_params(param)
     if chunks is not None:
         extra["chunks"] = chunks
+    if algo == "all" or "," in algo:
+        _compare(collective, algo, topology, sizes, dict(extra, channels=channels, root=root),
+                 model, target, plot, as_json)
+        return
     program = build_for(collective, algo, topology, channels=channels, root=root, **extra)
     root = program.root or 0
     in_network = any(p.kind is ParticipantKind.SWITCH for p in program.participants)
@@ -131,6 +145,63 @@ def sim(
     )
     for line in _table(records, name, elem):
         out.print(line, markup=False)
+    if plot:
+        plot_curves({program.name: [(size, r.busbw) for size, r, _ in records]}, plot,
+                    title=f"{program.collective.value} on {topology.name}, model {model}",
+                    reference=("lower bound", [(size, b.busbw) for size, _, b in records]))
+        err.print(f"wrote {escape(plot)}")
+
+
+def _compare(collective: str, algo: str, topology: Topology, sizes: list[int],
+             params: dict, model: str, target: str, plot: str | None, as_json: bool) -> None:
+    """``commflow sim --algo a,b`` / ``--algo all``: busbw per algorithm and size."""
+    kind = parse_collective(collective)
+    everything = algo == "all"
+    names = ([a.name for a in available(kind, in_network=True)] if everything else
+             [n.strip() for n in algo.split(",") if n.strip()])
+    programs = {}
+    for n in names:
+        try:
+            programs[n] = build_for(kind, n, topology, **params)
+        except AlgorithmError:
+            if not everything:
+                raise
+    if not programs:
+        raise CommflowError(f"commflow sim: no {kind.value} algorithm applies to "
+                            f"{topology.name}")
+    results: dict[str, list[SimResult]] = {}
+    with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
+        task = bar.add_task("simulating", total=len(programs) * len(sizes))
+        for n, program in programs.items():
+            results[n] = []
+            for size in sizes:
+                results[n].append(simulate(program, topology, size, model=model, target=target))
+                bar.advance(task)
+    root = params.get("root") or 0
+    bounds = [lower_bound(kind, topology, size, root=root) for size in sizes]
+    if plot:
+        plot_curves({n: [(s, r.busbw) for s, r in zip(sizes, rs, strict=True)]
+                     for n, rs in results.items()}, plot,
+                    title=f"{kind.value} on {topology.name}, model {model}",
+                    reference=("lower bound (ranks only)",
+                               [(s, b.busbw) for s, b in zip(sizes, bounds, strict=True)]))
+    if as_json:
+        echo_json([{"collective": kind.value, "algo": n, "topology": topology.name,
+                    "model": model, "size": size, "time_us": usec(r.time),
+                    "algbw": gbps(r.algbw), "busbw": gbps(r.busbw)}
+                   for n, rs in results.items() for size, r in zip(sizes, rs, strict=True)])
+    else:
+        out.print(f"# {escape(kind.value)} on {escape(topology.name)} ({topology.nranks} "
+                  f"ranks), model {escape(model)}: busbw (GB/s) per algorithm")
+        rows = table("size(B)", *results, "fastest", "bound", right=("size(B)", *results,
+                                                                       "bound"))
+        for i, size in enumerate(sizes):
+            best = min(results, key=lambda n: results[n][i].time)
+            rows.add_row(str(size), *(number(gbps(results[n][i].busbw)) for n in results),
+                         best, number(gbps(bounds[i].busbw)))
+        out.print(rows)
+    if plot:
+        err.print(f"wrote {escape(plot)}")
 
 
 def _table(records: Iterable[tuple[int, SimResult, Bound]], dtype: str, elem: int) -> list[str]:

@@ -8,7 +8,7 @@ compared with what no algorithm can beat (:func:`lower_bound`), saved as JSON
     import commflow
 
     topo = commflow.load_topology("dgx1")
-    program = commflow.build("allreduce", "ring", topo.nranks)
+    program = commflow.build_for("allreduce", "ring", topo)  # laid along the fastest links
     commflow.verify(program)
     result = commflow.simulate(program, topo, 64 << 20)
     bound = commflow.lower_bound("allreduce", topo, 64 << 20)
@@ -45,6 +45,7 @@ _EXPORTS = {
     "load_program": "commflow.ir",
     "to_msccl_xml": "commflow.ir",
     "build": "commflow.algorithms",
+    "build_for": "commflow.algorithms",
     "available": "commflow.algorithms",
     "Topology": "commflow.topology",
     "load_topology": "commflow.topology:load",

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from commflow.runtime import CommMismatchError
+from commflow.runtime import CommAbortedError, CommMismatchError
 
 from .harness import run_world
 
@@ -116,3 +116,27 @@ def test_fast_path_against_a_program_path_is_a_mismatch_not_a_hang(case):
     for kind, seconds, _ in results:
         assert kind == "mismatch" and seconds < 5, (kind, seconds)
     assert "called another operation in this slot" in results[0][2] + results[1][2]
+
+
+def _abort_while_a_peer_waits(comm):
+    x = np.ones(256, np.float32)
+    if comm.rank == 0:
+        time.sleep(0.5)
+        comm.abort("the data loader failed")
+        try:
+            comm.allreduce(x)
+        except CommAbortedError as error:
+            return "later call", str(error)
+        return "later call", "no error"
+    start = time.monotonic()
+    try:
+        comm.allreduce(x)
+    except CommAbortedError as error:
+        return "waiting peer", time.monotonic() - start, str(error)
+    return "waiting peer", time.monotonic() - start, "no error"
+
+
+def test_abort_frees_waiting_peers_and_refuses_later_calls():
+    aborter, waiter = run_world(_abort_while_a_peer_waits, 2, timeout=30)
+    assert "abort() on rank 0 (the data loader failed)" in aborter[1]
+    assert waiter[1] < 5 and "aborted by rank 0" in waiter[2]

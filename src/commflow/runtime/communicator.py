@@ -31,7 +31,7 @@ from commflow.runtime.errors import CommAbortedError, CommError, CommTimeoutErro
 from commflow.runtime.executor import run_plan
 from commflow.runtime.ops import Reducer, finish, reducer
 from commflow.runtime.protocol import Signature
-from commflow.runtime.transport.shm import ShmTransport
+from commflow.runtime.transport.shm import ABORT_ERROR, ShmTransport
 from commflow.runtime.world import WorldSpec
 
 _ROOTED = frozenset(c for c in Collective if c.rooted)
@@ -248,6 +248,16 @@ class Communicator:
         """Return once every rank has called ``barrier``."""
         token = np.zeros(1, np.uint8)
         self.allreduce(token, "max", out=token, timeout=timeout)
+
+    def abort(self, reason: str = "abort() called") -> None:
+        """Give up on this communicator (NCCL's ``ncclCommAbort``): every later call on it
+        raises ``CommAbortedError`` naming ``reason``, and the ranks of this host blocked in
+        an operation with it raise ``CommAbortedError`` within milliseconds instead of
+        waiting for their deadline. Ranks on other hosts find out at their next timeout.
+        Create a new communicator (``commflow.init``) to go on."""
+        self._broken = f"abort() on rank {self.rank} ({reason})"
+        if self._host is not None:
+            self._host.abort(ABORT_ERROR, self._host.me, self._seq)
 
     def dump_flight_record(self, path: str | os.PathLike | None = None) -> Path:
         """Write this communicator's flight record (its last operations) as JSON to ``path``

@@ -175,3 +175,23 @@ def test_sim_compares_algorithms_and_plots(commflow, tmp_path):
     assert lines[2].split()[-2] == "direct" and lines[3].split()[-2] == "multi_ring"
     bad = commflow("sim", "allreduce", "--topo", "dgx1", "--algo", "ring,ina")
     assert bad.code == 2 and "links to no switch" in bad.stderr
+
+
+def test_sim_codec_times_the_encoded_bytes_against_the_logical_size(commflow):
+    from commflow.algorithms import build_for
+    from commflow.compress import simulate_compressed, wire_fraction
+
+    topo = load("dgx1")
+    program = build_for("allreduce", "ring", topo)
+    plain = simulate(program, topo, 1 << 30)
+    int8 = simulate_compressed(program, topo, 1 << 30, "int8")
+    wire = simulate(program, topo, (1 << 30) * wire_fraction("int8", 4))
+    assert int8.time == wire.time and int8.size == 1 << 30
+    assert int8.busbw == pytest.approx(plain.busbw * plain.time / wire.time)
+    run = commflow("sim", "allreduce", "--topo", "dgx1", "--algo", "ring", "--codec", "int8",
+                   "-b", "1G", "-e", "1G", "--json")
+    record = json.loads(run.stdout)[0]
+    assert record["time_us"] == pytest.approx(wire.time * 1e6)
+    assert record["busbw"] == pytest.approx(int8.busbw / 1e9)
+    bad = commflow("sim", "allreduce", "--topo", "dgx1", "--algo", "ring", "--codec", "int2")
+    assert bad.code == 2

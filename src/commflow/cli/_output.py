@@ -74,6 +74,10 @@ Target = choices("Target", TARGETS)
 Runtime = choices("Runtime", [t for t in TARGETS if t != "live"])
 """``--target`` of export and synth: the runtimes that load MSCCL XML."""
 
+Codec = choices("Codec", ("none", "fp16", "bf16", "int8", "int4"))
+"""``--codec`` of sim: compression of the data on the wire (``commflow.compress.CODECS``;
+not imported here, which would load numba on every command)."""
+
 Protocol = choices("Protocol", PROTOCOLS)
 """``--proto``: NCCL's protocols."""
 

@@ -11,6 +11,7 @@ from rich.progress import Progress
 from commflow.algorithms import available, build_for
 from commflow.bench.plot import plot_curves
 from commflow.cli._output import (
+    Codec,
     Model,
     Target,
     dtype_size,
@@ -26,7 +27,7 @@ from commflow.cli._output import (
 from commflow.collectives import parse_collective
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.ir.program import ParticipantKind
-from commflow.sim import Bound, SimResult, lower_bound, simulate
+from commflow.sim import Bound, SimResult, lower_bound
 from commflow.topology import Topology, load
 from commflow.units import format_size, parse_size, size_range
 
@@ -68,6 +69,10 @@ def sim(
         help="Where it runs: live (unbounded buffers), msccl, msccl-executor or rccl "
         "(bounded buffers: a program that would hang there is refused).",
     ),  # type: ignore[valid-type]
+    codec: Codec = typer.Option(
+        Codec("none"), "--codec",
+        help="Compress the data on the wire (commflow.compress): bytes shrink, size does not.",
+    ),  # type: ignore[valid-type]
     plot: str = typer.Option(None, "--plot", help="Draw busbw against size into this PNG."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
 ) -> None:
@@ -80,7 +85,9 @@ def sim(
     switches aggregate, like ina, the bound with in-network aggregation). GB = 1e9 bytes;
     sizes take K/M/G suffixes. With several algorithms (`--algo ring,direct` or `--algo all`:
     every registered one that applies), one busbw column per algorithm, the fastest per
-    size, and the (ranks-only) bound's busbw; --plot draws them.
+    size, and the (ranks-only) bound's busbw; --plot draws them. --codec int8 (fp16, bf16,
+    int4) times the program on the encoded bytes (scales included, encoding not timed) and
+    reports algbw/busbw on the uncompressed size.
 
     [bold]Examples[/bold]
 
@@ -89,16 +96,19 @@ def sim(
       commflow sim allgather --topo dgx-a100x2 --algo ring --model flow --json
       commflow sim allreduce --topo dgx1 --algo all -b 1K -e 1G -f 32 --plot dgx1.png
     """
-    model, target = model.value, target.value
+    from commflow.compress import simulate_compressed, wire_fraction
+
+    model, target, codec = model.value, target.value, codec.value
     topology = load(topo)
     name, elem = dtype_size(dtype)
+    fraction = wire_fraction(codec, elem)
     sizes = size_range(parse_size(begin), parse_size(end), factor)
     extra = parse_params(param)
     if chunks is not None:
         extra["chunks"] = chunks
     if algo == "all" or "," in algo:
         _compare(collective, algo, topology, sizes, dict(extra, channels=channels, root=root),
-                 model, target, plot, as_json)
+                 (model, target, codec, elem), plot, as_json)
         return
     program = build_for(collective, algo, topology, channels=channels, root=root, **extra)
     root = program.root or 0
@@ -107,8 +117,9 @@ def sim(
     with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
         task = bar.add_task(f"simulating {program.name}", total=len(sizes))
         for size in sizes:
-            result = simulate(program, topology, size, model=model, target=target)
-            bound = lower_bound(program.collective, topology, size, root=root,
+            result = simulate_compressed(program, topology, size, codec, element_bytes=elem,
+                                         model=model, target=target)
+            bound = lower_bound(program.collective, topology, size * fraction, root=root,
                                 in_network=in_network)
             records.append((size, result, bound))
             bar.advance(task)
@@ -127,7 +138,7 @@ def sim(
                     "algbw": gbps(result.algbw),
                     "busbw": gbps(result.busbw),
                     "bound_time_us": usec(bound.time),
-                    "bound_busbw": gbps(bound.busbw),
+                    "bound_busbw": gbps(bound.busbw / fraction),
                 }
                 for size, result, bound in records
             ]
@@ -153,8 +164,13 @@ def sim(
 
 
 def _compare(collective: str, algo: str, topology: Topology, sizes: list[int],
-             params: dict, model: str, target: str, plot: str | None, as_json: bool) -> None:
-    """``commflow sim --algo a,b`` / ``--algo all``: busbw per algorithm and size."""
+             params: dict, how: tuple[str, str, str, int], plot: str | None,
+             as_json: bool) -> None:
+    """``commflow sim --algo a,b`` / ``--algo all``: busbw per algorithm and size; ``how``
+    is (model, target, codec, element bytes)."""
+    from commflow.compress import simulate_compressed, wire_fraction
+
+    model, target, codec, elem = how
     kind = parse_collective(collective)
     everything = algo == "all"
     names = ([a.name for a in available(kind, in_network=True)] if everything else
@@ -175,10 +191,13 @@ def _compare(collective: str, algo: str, topology: Topology, sizes: list[int],
         for n, program in programs.items():
             results[n] = []
             for size in sizes:
-                results[n].append(simulate(program, topology, size, model=model, target=target))
+                results[n].append(simulate_compressed(program, topology, size, codec,
+                                                      element_bytes=elem, model=model,
+                                                      target=target))
                 bar.advance(task)
     root = params.get("root") or 0
-    bounds = [lower_bound(kind, topology, size, root=root) for size in sizes]
+    fraction = wire_fraction(codec, elem)
+    bounds = [lower_bound(kind, topology, size * fraction, root=root) for size in sizes]
     if plot:
         plot_curves({n: [(s, r.busbw) for s, r in zip(sizes, rs, strict=True)]
                      for n, rs in results.items()}, plot,
@@ -198,7 +217,7 @@ def _compare(collective: str, algo: str, topology: Topology, sizes: list[int],
         for i, size in enumerate(sizes):
             best = min(results, key=lambda n: results[n][i].time)
             rows.add_row(str(size), *(number(gbps(results[n][i].busbw)) for n in results),
-                         best, number(gbps(bounds[i].busbw)))
+                         best, number(gbps(bounds[i].busbw / fraction)))
         out.print(rows)
     if plot:
         err.print(f"wrote {escape(plot)}")

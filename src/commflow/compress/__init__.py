@@ -12,6 +12,19 @@ from commflow.compress.codecs import (
     wire_fraction,
 )
 from commflow.compress.topk import topk_allreduce
+from commflow.compress.volumes import simulate_compressed
 
-__all__ = ["CODECS", "AllreduceStats", "Codec", "ErrorFeedback", "block_sparse_allreduce",
-           "decode", "encode", "quantized_allreduce", "scales", "topk_allreduce", "wire_fraction"]
+__all__ = [
+    "CODECS",
+    "AllreduceStats",
+    "Codec",
+    "ErrorFeedback",
+    "block_sparse_allreduce",
+    "decode",
+    "encode",
+    "quantized_allreduce",
+    "scales",
+    "simulate_compressed",
+    "topk_allreduce",
+    "wire_fraction",
+]

@@ -1,0 +1,121 @@
+"""int8/int4 DDP hook: one bucket against a numpy statement of the exchange (exact), its
+error bound against the true mean, the residual, and training against float32 DDP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from commflow.compress import Codec, decode, encode, scales
+from commflow.errors import CommflowError
+from commflow.torch import quantized
+
+from .harness import run_group
+
+N = 1000
+
+
+def gradient(rank: int) -> np.ndarray:
+    return np.random.default_rng(rank).standard_normal(N).astype(np.float32)
+
+
+class Bucket:
+    def __init__(self, index: int, buffer: torch.Tensor) -> None:
+        self._index, self._buffer = index, buffer
+
+    def index(self) -> int:
+        return self._index
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+
+def _hook(codec):
+    state = quantized.QuantizedState(codec=codec, block=64)
+    out = quantized.quantized_allreduce_hook(
+        state, Bucket(0, torch.from_numpy(gradient(dist.get_rank())))).wait()
+    with pytest.raises(CommflowError, match="codec must be 'int8' or 'int4'"):
+        quantized.QuantizedState(codec="fp16")
+    return out.numpy().copy(), state.residuals[0].copy(), state.bytes_sent
+
+
+def _reference(nranks: int, codec: Codec) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The same exchange written in numpy, all ranks in one process."""
+    shard = -(-N // (nranks * codec.block)) * codec.block
+    padded = [np.zeros(shard * nranks, np.float32) for _ in range(nranks)]
+    for r in range(nranks):
+        padded[r][:N] = gradient(r) / nranks
+    sent = [[decode(encode(p[j * shard:(j + 1) * shard], codec), shard, codec)
+             for j in range(nranks)] for p in padded]
+    reduced = [np.zeros(shard, np.float32) for _ in range(nranks)]
+    for j in range(nranks):
+        for r in range(nranks):
+            reduced[j] += sent[r][j]
+    out = np.concatenate([decode(encode(reduced[j], codec), shard, codec)
+                          for j in range(nranks)])
+    residuals = [padded[r] - np.concatenate(sent[r]) for r in range(nranks)]
+    return out[:N], residuals
+
+
+@pytest.mark.parametrize(("codec", "nranks"), [("int8", 2), ("int4", 3)])
+def test_one_bucket_matches_the_stated_exchange_and_its_bound(codec, nranks):
+    spec = Codec(name=codec, block=64)
+    want, residuals = _reference(nranks, spec)
+    mean = sum(gradient(r).astype(np.float64) for r in range(nranks)) / nranks
+    for rank, (out, residual, sent) in enumerate(run_group(_hook, nranks, codec)):
+        np.testing.assert_array_equal(out, want)
+        np.testing.assert_array_equal(residual, residuals[rank])
+        shard = -(-N // (nranks * 64)) * 64
+        assert sent == (nranks - 1) * 2 * spec.encoded_bytes(shard)
+    # each contribution is within half its scale, the sum within half the sum's scale
+    shard = -(-N // (nranks * 64)) * 64
+    padded = [np.zeros(shard * nranks, np.float32) for _ in range(nranks)]
+    for r in range(nranks):
+        padded[r][:N] = gradient(r) / nranks
+    bound = sum(np.repeat(scales(p, spec), 64) / 2 for p in padded)
+    total = np.zeros(shard * nranks, np.float32)
+    for p in padded:
+        total += p
+    bound = bound + np.repeat(scales(np.abs(total) + bound.astype(np.float32), spec), 64) / 2
+    assert np.all(np.abs(want - mean) <= bound[:N] + 1e-6)
+
+
+def _train(kind: str) -> list[float]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    ddp = DDP(model)
+    if kind != "float32":
+        ddp.register_comm_hook(quantized.QuantizedState(codec=kind),
+                               quantized.quantized_allreduce_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    gen = torch.Generator().manual_seed(100 + dist.get_rank())
+    target = torch.nn.Linear(32, 1)
+    torch.nn.init.normal_(target.weight, generator=torch.Generator().manual_seed(7))
+    losses = []
+    for _ in range(80):
+        x = torch.randn(64, 32, generator=gen)
+        with torch.no_grad():
+            y = target(x)
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def _runs():
+    return {kind: _train(kind) for kind in ("float32", "int8", "int4")}
+
+
+def test_training_with_error_feedback_reaches_float32_loss():
+    runs = run_group(_runs, 2, timeout=120.0)[0]
+    start = runs["float32"][0]
+    final = {k: float(np.mean(v[-10:])) for k, v in runs.items()}
+    assert final["float32"] < 0.1 * start
+    assert final["int8"] < 1.1 * final["float32"] + 0.01 * start
+    assert final["int4"] < 2 * final["float32"] + 0.02 * start

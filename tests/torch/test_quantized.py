@@ -82,15 +82,15 @@ def test_one_bucket_matches_the_stated_exchange_and_its_bound(codec, nranks):
     assert np.all(np.abs(want - mean) <= bound[:N] + 1e-6)
 
 
-def _train(kind: str) -> list[float]:
+def _train(hook=None) -> list[float]:
+    """Losses of 80 steps of DDP, with ``hook`` = (state, hook function) registered."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
     ddp = DDP(model)
-    if kind != "float32":
-        ddp.register_comm_hook(quantized.QuantizedState(codec=kind),
-                               quantized.quantized_allreduce_hook)
+    if hook is not None:
+        ddp.register_comm_hook(*hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     gen = torch.Generator().manual_seed(100 + dist.get_rank())
     target = torch.nn.Linear(32, 1)
@@ -109,13 +109,49 @@ def _train(kind: str) -> list[float]:
 
 
 def _runs():
-    return {kind: _train(kind) for kind in ("float32", "int8", "int4")}
+    from commflow.torch import topk
+
+    hook = quantized.quantized_allreduce_hook
+    return {"float32": _train(),
+            "int8": _train((quantized.QuantizedState(codec="int8"), hook)),
+            "int4": _train((quantized.QuantizedState(codec="int4"), hook)),
+            "top-10%": _train((topk.TopKState(ratio=0.1), topk.topk_allreduce_hook))}
 
 
 def test_training_with_error_feedback_reaches_float32_loss():
+    # int8 and int4 hooks and the top-k hook (10% of entries) against float32 DDP
     runs = run_group(_runs, 2, timeout=120.0)[0]
     start = runs["float32"][0]
     final = {k: float(np.mean(v[-10:])) for k, v in runs.items()}
     assert final["float32"] < 0.1 * start
     assert final["int8"] < 1.1 * final["float32"] + 0.01 * start
     assert final["int4"] < 2 * final["float32"] + 0.02 * start
+    assert final["top-10%"] < 3 * final["float32"] + 0.03 * start
+
+
+def _topk_bucket():
+    from commflow.torch import topk
+
+    state = topk.TopKState(ratio=0.05)
+    grad = gradient(dist.get_rank())
+    out = topk.topk_allreduce_hook(state, Bucket(0, torch.from_numpy(grad.copy()))).wait()
+    with pytest.raises(CommflowError, match="ratio must be in"):
+        topk.TopKState(ratio=0.0)
+    return out.numpy().copy(), state.residuals[0].numpy().copy(), state.bytes_sent
+
+
+def test_topk_hook_sums_each_ranks_largest_entries_and_keeps_the_rest():
+    k = 50  # 5% of 1000
+    want = np.zeros(N, np.float64)
+    for r in range(2):
+        contribution = gradient(r) / 2
+        top = np.argsort(-np.abs(contribution))[:k]
+        want[top] += contribution[top]
+    for rank, (out, residual, sent) in enumerate(run_group(_topk_bucket, 2)):
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
+        contribution = gradient(rank) / 2
+        assert np.count_nonzero(residual) == N - k
+        np.testing.assert_array_equal(residual[residual != 0], contribution[residual != 0])
+        assert sent == 8 * k
+
+

@@ -22,8 +22,8 @@ checked against ``w1``. Since steps run in a topological order, an earlier step 
 only happen before ``i``, never after, so one question is asked: does ``a -> i`` hold?
 
 It is answered exactly, without vector clocks of size steps x channels: a search backward
-from ``i`` over predecessors (explicit dependencies first, then the matched send, then the
-previous step of the channel), which succeeds on reaching a step of ``a``'s channel at or
+from ``i`` over predecessors (a receive's matched send first, then explicit dependencies,
+then the previous step of the channel), which succeeds on reaching a step of ``a``'s channel at or
 after ``a``'s position (the channel's order then leads from ``a`` to it) and prunes any step
 that ran before ``a`` (``a`` cannot reach it: the run order is topological) and any step
 already visited in this search. Every path ``a -> i`` is a chain of such predecessor edges
@@ -33,10 +33,10 @@ remembered per pair of channels (``gi``, ``ga``) as "position ``pa`` of ``ga`` h
 position ``pi`` of ``gi``"; a later question about ``a'`` at or before ``pa`` on ``ga`` and
 ``i'`` at or after ``pi`` on ``gi`` is then answered yes without a search, which is exact by
 transitivity (``a' -> a -> i -> i'`` along the two channels). Steps of one channel never need
-a search. A search visits at most the steps run between ``a`` and ``i``; programs order their
-channels with explicit dependencies, which are searched first, so on the synthesized
-programs a search visits a few steps on average (DGX A100 x2 allreduce: 5 million visits for
-1.1 million searches). Memory is linear in steps and moved chunks: no clock of steps x
+a search. A search visits at most the steps run between ``a`` and ``i``; the order only
+decides how soon it succeeds. Following the message first reaches the other participant's
+chain of reductions at once (MI250 x4 allreduce, 16 M steps: 40 s, against 112 s with
+explicit dependencies first). Memory is linear in steps and moved chunks: no clock of steps x
 channels.
 """
 
@@ -79,10 +79,10 @@ def _happens_before(a, i, state, known):
         for k in range(npred):
             if k == 0:  # pushed first, searched last: the channel's previous step
                 y = x - 1 if position[x] > 0 else -1
-            elif k == 1:
+            elif k == npred - 1:  # pushed last, searched first: a receive's send
                 y = sender[x]
             else:
-                y = dep_idx[dep_ptr[x] + k - 2]
+                y = dep_idx[dep_ptr[x] + k - 1]
             if y < 0:
                 continue
             if group[y] == ga:

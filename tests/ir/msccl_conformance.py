@@ -12,7 +12,8 @@ Sources (read, not copied): MSCCL on NCCL 2.12 (`src/graph/xml.h`, `src/misc/msc
 - at most 256 steps per threadblock in MSCCL (`MSCCL_MAX_NUM_STEPS`), 64 in msccl-executor and
   RCCL by default; at most 216 threadblocks per rank in MSCCL, 64 in RCCL
   (`MSCCL_MAX_NUM_THREAD_BLOCKS`), 32 x MAXCHANNELS = 1,024 in msccl-executor; 32 channels;
-- `depid` is stored in a signed 8-bit integer; `cnt` below `MSCCL_MAX_COUNT` = 72;
+- `depid` is stored in a signed 8-bit integer; `cnt` below `MSCCL_MAX_COUNT` = 72; `srcoff`
+  and `dstoff` in signed 16-bit fields (`mscclTransmission`, MSCCL 2.12's `mscclTransfer`);
 - step types s, r, rcs, rrs, rrc, rrcs, cpy, re, nop; buffers i, o, s; offsets within the
   gpu's i_chunks, o_chunks, s_chunks; steps numbered 0, 1, 2, ...; a dependency names an
   existing step of another threadblock, which carries hasdep="1";
@@ -136,6 +137,8 @@ def _step(step, position, where, tb, sizes, tbs, steps_of) -> list[str]:
             buf, off = step.get(f"{side}buf"), int(step.get(f"{side}off"))
             if buf not in sizes or not 0 <= off <= off + cnt <= sizes[buf]:
                 found.append(f"{here}: {side} {buf}[{off}:{off + cnt}] outside the buffer")
+            if off > 32767:
+                found.append(f"{here}: {side}off {off} beyond the 16-bit offset fields")
     depid, deps = int(step.get("depid")), int(step.get("deps"))
     if depid >= 0:
         if depid > 127:

@@ -15,7 +15,7 @@ import commflow.algorithms as algorithms
 from commflow import topology
 from commflow.collectives import Collective, Element, postcondition, precondition
 from commflow.errors import AlgorithmError, ProgramError, VerificationError
-from commflow.ir import Program, ProgramBuilder, inp, make_program, out, scr, to_msccl_xml
+from commflow.ir import Program, ProgramBuilder, inp, make_program, out, scr, to_msccl_xml, verify
 from commflow.ir.target import get_target
 from commflow.synth import synthesize
 
@@ -395,3 +395,23 @@ def test_unmatched_sends_are_rejected():
     b.send(0, 1, inp(0))
     with pytest.raises(ProgramError, match="mismatched send/recv"):
         to_msccl_xml(b.build())
+
+
+def test_offsets_beyond_sixteen_bits_are_refused():
+    # two ranks exchange blocks of 40,000 chunks in 4 steps each: the second block starts at
+    # output chunk 40,000, beyond the runtimes' int16 offsets
+    b = ProgramBuilder(Collective.ALLGATHER, 2, chunk_factor=40000, name="wide")
+    for r in range(2):
+        b.copy(r, inp(0, 40000), out(r * 40000, 40000), channel=1)
+    b.send(0, 1, inp(0, 40000))  # rank 0 sends first, rank 1 receives first: no deadlock
+    b.recv(1, 0, out(0, 40000))
+    b.recv(0, 1, out(40000, 40000))
+    b.send(1, 0, inp(0, 40000))
+    wide = b.build()
+    verify(wide)
+    with pytest.raises(ProgramError, match="offsets in 16 bits"):
+        to_msccl_xml(wide, "rccl", proto="LL")
+    loose = dataclasses.replace(get_target("rccl", protocol="LL"), max_offset=None,
+                                max_count=None)
+    text = to_msccl_xml(wide, loose)
+    assert any("beyond the 16-bit offset fields" in v for v in violations(text, "rccl"))

@@ -395,6 +395,12 @@ class _Writer:
             raise ProgramError(
                 f"{name}: rank {rank} needs {len(tbs)} threadblocks where {target.name} "
                 f"allows {cap}; {advice}")
+        far = max((max(self.src_off[i], self.dst_off[i]) for tb in tbs for i in tb.steps),
+                  default=0)
+        if target.max_offset is not None and far > target.max_offset:
+            raise ProgramError(
+                f"{name}: rank {rank} addresses chunk {far} where {target.name} stores "
+                f"offsets in 16 bits (at most {target.max_offset}); {advice}")
         cap = min(x for x in (target.max_steps_per_threadblock, target.max_children)
                   if x is not None)
         for n, tb in enumerate(tbs):

@@ -101,6 +101,8 @@ class Target:
     """Highest threadblock a step may depend on (``depid`` is a signed 8-bit integer)."""
     max_count: int | None = None
     """Largest ``cnt`` of one step."""
+    max_offset: int | None = None
+    """Largest ``srcoff``/``dstoff`` (the runtimes keep them in signed 16-bit fields)."""
     chunk_bytes: float | None = None
     """Most bytes one chunk carries in one loop of the kernel (NCCL's per-protocol step size
     times MSCCL_CHUNKSTEPS for Simple); a larger chunk runs in several loops
@@ -154,6 +156,7 @@ def _msccl_family(name: str, protocol: str) -> Target:
               "slots_per_chunk": 4 if simple else 1, "slot_bytes": _STEP_BYTES[protocol],
               "slots_per_slice": 2 if simple else 1, "max_channels": 32,
               "max_children": 1024, "max_nodes": 4096, "max_depid": 127, "max_count": 72,
+              "max_offset": 32767,
               "chunk_bytes": _STEP_BYTES[protocol] * (4 if simple else 1)}
     if name == "msccl":
         return Target(**common, collective_names=_NAMES_MSCCL, max_steps_per_threadblock=256,

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from commflow.algorithms import build_for
 from commflow.cli._output import (
@@ -22,6 +23,7 @@ from commflow.cli._output import (
     table,
     usec,
 )
+from commflow.collectives import parse_collective
 from commflow.errors import CommflowError
 from commflow.ir import save_program, to_msccl_xml, verify
 from commflow.sim import lower_bound, simulate
@@ -80,6 +82,11 @@ def synth(
     show: Path = typer.Option(
         None, "--show", help="Draw the link loads at the largest size into this PNG."
     ),
+    by_size: bool = typer.Option(
+        False, "--by-size",
+        help="A program set: the fastest candidate per size range over -b..-e (-o and --xml "
+        "then name directories: one file per range).",
+    ),
 ) -> None:
     """Synthesize COLLECTIVE for a topology, verify it and compare it in the simulator.
 
@@ -87,6 +94,12 @@ def synth(
     those steps chunk by chunk), any other program as it is. Prints the synthesis time, then
     per size: the program's time, algbw and busbw, the lower bound's algbw and %bound, and
     ring / double binary tree algbw (GB = 1e9 bytes/s).
+
+    --by-size makes a program set instead: the fastest candidate (as balanced, alphabeta
+    model) at each size from -b to -e, consecutive sizes with the same winner joined into a
+    range (the first from 0 bytes, the last without end); -o DIR saves each range's program
+    and --xml DIR its MSCCL XML with the range as minBytes/maxBytes (a synthesized program
+    the target cannot load is replaced by the most pipelined one it can).
 
     --objective balanced picks, for one --size, the program with the least simulated time
     (alphabeta model) among the tree/flow synthesis with 1, 2, 4, ... pieces, the step
@@ -101,6 +114,7 @@ def synth(
       commflow synth allgather --topo dgx1 --objective latency -b 1K -e 1M
       commflow synth allreduce --topo dgx1 --objective balanced --size 64K --max-steps 4
       commflow synth allgather --topo dgx1 --show allgather.png
+      commflow synth allgather --topo dgx1 --by-size -b 1K -e 4G -f 4 --xml ag-set/
     """
     from commflow.synth import synthesize, synthesize_for
     from commflow.synth.show import draw_schedule, schedule_picture
@@ -108,6 +122,10 @@ def synth(
 
     objective, model, target = objective.value, model.value, target.value
     topology = load(topo)
+    if by_size:
+        _by_size(collective, topology, size_range(parse_size(begin), parse_size(end), factor),
+                 pieces, root, (output, xml, target), as_json)
+        return
     start = time.perf_counter()
     if objective == "balanced":
         program = choose(
@@ -216,3 +234,64 @@ def synth(
     out.print(rows)
     if show is not None:
         out.print(f"link loads drawn in {show}")
+
+
+def _by_size(collective: str, topology, sizes: list[int], pieces: int | None, root: int,
+             files: tuple[Path | None, Path | None, str], as_json: bool) -> None:
+    """``commflow synth --by-size``: print (and save) :func:`commflow.tune.program_set`."""
+    from commflow.synth import synthesize_for
+    from commflow.tune import DEFAULT_PIECES, program_set
+
+    output, xml, target = files
+    ranges = program_set(collective, topology, sizes, pieces=pieces or DEFAULT_PIECES,
+                         root=root if parse_collective(collective).rooted else None)
+    records = []
+    for r in ranges:
+        stem = f"{r.program.collective.value}-{r.min_bytes}-{r.max_bytes}"
+        record = {"min_bytes": r.min_bytes, "max_bytes": r.max_bytes, "method": r.method,
+                  "pieces": dict(r.program.params).get("pieces"), "steps": r.program.nsteps,
+                  "time_us": r.seconds * 1e6}
+        if output is not None:
+            output.mkdir(parents=True, exist_ok=True)
+            save_program(r.program, output / f"{stem}.json")
+            record["json"] = str(output / f"{stem}.json")
+        if xml is not None:
+            xml.mkdir(parents=True, exist_ok=True)
+            try:
+                program = r.program
+                try:
+                    text = to_msccl_xml(program, target, min_bytes=r.min_bytes,
+                                        max_bytes=r.max_bytes)
+                except CommflowError:
+                    if r.method != "bandwidth":
+                        raise
+                    program, _ = synthesize_for(collective, topology, target, root=root)
+                    text = to_msccl_xml(program, target, min_bytes=r.min_bytes,
+                                        max_bytes=r.max_bytes)
+                    record["xml_pieces"] = dict(program.params).get("pieces")
+            except CommflowError as error:
+                record["xml_refused"] = str(error)
+            else:
+                (xml / f"{stem}.xml").write_text(text)
+                record["xml"] = str(xml / f"{stem}.xml")
+        records.append(record)
+    if as_json:
+        echo_json(records)
+        return
+    out.print(f"# {escape(collective)} on {escape(topology.name)}: the fastest program per "
+              f"size range (alphabeta model), {len(sizes)} sizes")
+    rows = table("above", "up to", "method", "pieces", "steps", "time(us)",
+                 right=("steps", "time(us)"))
+    for rec in records:
+        above = "-" if rec["min_bytes"] == 0 else format_size(rec["min_bytes"] - 1)
+        top = "-" if rec["max_bytes"] == ranges[-1].max_bytes else format_size(rec["max_bytes"])
+        rows.add_row(above, top, rec["method"], str(rec["pieces"] or "-"), str(rec["steps"]),
+                     number(rec["time_us"]))
+    out.print(rows)
+    for rec in records:
+        if "xml_pieces" in rec:
+            err.print(f"XML for sizes {rec['min_bytes']}..{rec['max_bytes']}: "
+                      f"{rec['xml_pieces']} piece(s) per share, the most {target} loads")
+        if "xml_refused" in rec:
+            err.print(f"no XML for sizes {rec['min_bytes']}..{rec['max_bytes']}: "
+                      f"{escape(rec['xml_refused'])}")

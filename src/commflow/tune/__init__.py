@@ -7,6 +7,8 @@ this package ranks them by the simulator and picks:
   among the bandwidth synthesis at 1, 2, 4, ... pieces, the step schedule and every registered
   algorithm (:func:`candidates`), within a message depth (:func:`message_depth`).
 - :func:`rank`: every candidate's simulated time at one size, fastest first.
+- :func:`program_set`: the fastest candidate (synthesized or registered) per size range, for
+  ``commflow synth --by-size`` and MSCCL's ``minBytes``/``maxBytes``.
 - :func:`offline_table`: the fastest registered algorithm per size range, as a
   :class:`~commflow.tuning_table.TuningTable` (JSON, NCCL tuner CSV) for ``commflow tune``.
 - :func:`tune_live`: the fastest algorithm per size range measured on a live communicator
@@ -15,6 +17,7 @@ this package ranks them by the simulator and picks:
   (``commflow bench --json``), with the simulator's error on each (``commflow calibrate``).
 """
 
+from commflow.tune.by_size import SizeRange, program_set
 from commflow.tune.calibrate import Calibration, Measured, calibrate, from_records
 from commflow.tune.fastest import (
     DEFAULT_PIECES,
@@ -38,12 +41,14 @@ __all__ = [
     "STEP_TIME_LIMIT",
     "Candidate",
     "Ranked",
+    "SizeRange",
     "calibrate",
     "candidates",
     "choose",
     "from_records",
     "message_depth",
     "offline_table",
+    "program_set",
     "rank",
     "live_fingerprint",
     "registered",

@@ -4,13 +4,13 @@ Simulating every collective on thousands of ranks per plan would make a search s
 group is reduced to its *shape*: ``k`` ranks in each of ``b`` boxes, on a small topology with
 the cluster's real link bandwidths and latencies (one NVSwitch port per GPU inside a box, one
 NIC per GPU to a non-blocking network switch across boxes). For each (collective, shape) each
-applicable algorithm of :data:`CANDIDATES` is simulated (:func:`commflow.sim.simulate`,
-alpha-beta model) at two sizes and the fastest is kept as a line ``time = a + size / bw``
-(the alpha-beta simulation is affine in size, so the fit reproduces it to rounding; tests
-check a third size). Where the cluster's switches aggregate (``in_network``), allreduce also
-tries ``ina``. Groups over :data:`SIM_MAX_RANKS` ranks are simulated with fewer boxes
-and extrapolated with the ring cost ``(n-1)·α + (n-1)/n·size·β``. Results are cached per
-(collective, shape, cluster).
+applicable algorithm of :data:`CANDIDATES` is ranked by :func:`commflow.tune.rank`
+(alpha-beta model) and the fastest, simulated at two sizes, is kept as a line
+``time = a + size / bw`` (the alpha-beta simulation is affine in size, so the fit
+reproduces it to rounding; tests check a third size). Where the cluster's switches
+aggregate (``in_network``), allreduce also tries ``ina``. Groups over :data:`SIM_MAX_RANKS`
+ranks are simulated with fewer boxes and extrapolated with the ring cost
+``(n-1)·α + (n-1)/n·size·β``. Results are cached per (collective, shape, cluster).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from commflow import tune
 from commflow.algorithms import build_for
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.sim import simulate
@@ -154,17 +155,18 @@ def collective_line(
     names = CANDIDATES[collective]
     if links.in_network and collective == "allreduce":
         names = (*names, "ina")
+    found = []
     for name in names:
         try:
-            program = build_for(collective, name, topo)
+            found.append(tune.Candidate(name, build_for(collective, name, topo)))
         except AlgorithmError:
             continue
-        t1, t2 = (simulate(program, topo, size).time for size in FIT_SIZES)
+    for ranked in tune.rank(found, topo, FIT_SIZES[1]):  # fastest first
+        t1, t2 = simulate(ranked.program, topo, FIT_SIZES[0]).time, ranked.seconds
         slope = (t2 - t1) / (FIT_SIZES[1] - FIT_SIZES[0])
-        if slope <= 0:
-            continue
-        if best is None or t2 < best[0]:
-            best = (t2, name, t1 - slope * FIT_SIZES[0], slope)
+        if slope > 0:
+            best = (t2, ranked.method, t1 - slope * FIT_SIZES[0], slope)
+            break
     if best is None:
         raise CommflowError(f"no {collective} algorithm applies to {n} ranks")
     _, name, alpha, beta = best

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from commflow.errors import CommflowError
 from commflow.runtime import launcher
 from commflow.runtime._supervisor import LinePrefixer, describe_exit
-from commflow.runtime.launcher import Host, launch, parse_hosts, rank_specs
+from commflow.runtime.launcher import Host, free_port, launch, parse_hosts, rank_specs
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "runtime.md"
 CLI = [sys.executable, "-c", "from commflow.cli import main; main()", "run"]
@@ -472,3 +472,36 @@ def test_ranks_die_with_a_killed_launcher():
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(p) for p in pids)
+
+
+def test_two_nodes_of_a_multi_node_job_make_one_world(tmp_path):
+    script = tmp_path / "sum.py"
+    script.write_text("import numpy as np, commflow\n"
+                      "comm = commflow.init()\n"
+                      "x = np.full(4, comm.rank + 1, np.float32)\n"
+                      "print(comm.rank, comm.size, comm.allreduce(x).tolist())\n")
+    port = free_port()
+    outs, codes = [io.BytesIO(), io.BytesIO()], [None, None]
+
+    def node(i: int) -> None:
+        codes[i] = launch([str(script)], 2, nodes=(i, 2), master=("127.0.0.1", port),
+                          stdout=outs[i], timeout=60)
+
+    threads = [threading.Thread(target=node, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert codes == [0, 0]
+    lines = sorted(line for out in outs for line in out.getvalue().decode().splitlines())
+    assert lines == [f"[rank {r}] {r} 4 [10.0, 10.0, 10.0, 10.0]" for r in range(4)]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"nodes": (2, 2), "master": ("127.0.0.1", 29500)}, "0 <= node rank < nnodes"),
+    ({"nodes": (0, 2)}, "the master's address and port"),
+    ({"nodes": (0, 2), "master": ("127.0.0.1", 29500), "hosts": "h0:1"}, "not both"),
+])
+def test_bad_multi_node_requests_are_refused(kwargs, message):
+    with pytest.raises(CommflowError, match=message):
+        launch(["x.py"], 1, **kwargs)

@@ -31,7 +31,15 @@ def run(
         "--hosts",
         help="Emulated hosts of `commflow cluster up` and their ranks: h0:2,h1:2.",
     ),
-    job: str = typer.Option(None, "--job", help="Job id (default: a fresh random one)."),
+    nnodes: int = typer.Option(
+        1, "--nnodes", help="Nodes of a multi-node job (one `commflow run` per node)."),
+    node_rank: int = typer.Option(0, "--node-rank", help="This node's index, 0..nnodes-1."),
+    master_addr: str = typer.Option(
+        None, "--master-addr", help="Multi-node: address of node 0 (its rank 0 serves the "
+        "rendezvous)."),
+    master_port: int = typer.Option(None, "--master-port", help="Multi-node: its port."),
+    job: str = typer.Option(
+        None, "--job", help="Job id (default: a fresh random one; multi-node: from the master)."),
     timeout: float = typer.Option(
         None, "--timeout", help="Stop the ranks after this many seconds (exit status 124)."
     ),
@@ -63,6 +71,11 @@ def run(
       commflow run -n 2 -m mypackage.train --epochs 1
       commflow run -n 2 -- python -c "import os; print(os.environ['RANK'])"
       commflow run --hosts h0:2,h1:2 bench.py
+      commflow run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -n 8 train.py
+
+    As torchrun, --nnodes N --node-rank R --master-addr A --master-port P starts this node's
+    ranks of an N-node job (run it on every node): global ranks R*n .. R*n+n-1, shared memory
+    inside a node and the engine (gloo) between nodes.
     """
     if nprocs is None:
         nprocs = usable_cpus() if hosts is None else sum(h.slots for h in parse_hosts(hosts))
@@ -75,5 +88,8 @@ def run(
         timeout=timeout,
         grace=grace,
         module=module,
+        nodes=(node_rank, nnodes) if nnodes > 1 else None,
+        master=None if master_addr is None or master_port is None else (master_addr,
+                                                                          master_port),
     )
     raise typer.Exit(code)

@@ -150,8 +150,13 @@ def rank_specs(
     master_port: int,
     hosts: Sequence[Host] | None = None,
     module: bool = False,
+    node: tuple[int, int] | None = None,
 ) -> list[RankSpec]:
     """The command line and environment of every rank.
+
+    ``node`` = (this node's index, number of nodes) makes these ``nprocs`` ranks one node
+    of a multi-node job (torchrun's ``--node-rank``/``--nnodes``): global ranks
+    ``index * nprocs ..``, a world of ``count * nprocs``, ``COMMFLOW_HOST`` the node's index.
 
     A ``.py`` file as the first word runs with this Python; with ``module`` the first word is
     a module that runs as ``python -m MODULE``. Ranks fill ``hosts`` in order
@@ -174,10 +179,11 @@ def rank_specs(
             f"the hosts have {sum(s for _, s in placement)} slots but -n asks for {nprocs} "
             f"ranks: make them agree"
         )
+    index, count = node or (0, 1)
     common = {
-        "COMMFLOW_WORLD_SIZE": str(nprocs),
+        "COMMFLOW_WORLD_SIZE": str(nprocs * count),
         "COMMFLOW_JOB": job,
-        "WORLD_SIZE": str(nprocs),
+        "WORLD_SIZE": str(nprocs * count),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
     }
@@ -185,15 +191,15 @@ def rank_specs(
     for host, slots in placement:
         prefix = () if host is None else ("ip", "netns", "exec", host.namespace)
         where = (
-            {}
-            if host is None
+            {} if host is None and node is None
+            else {"COMMFLOW_HOST": str(index), "COMMFLOW_HOSTS": str(count)} if host is None
             else {
                 "COMMFLOW_HOST": str(host.index),
                 "COMMFLOW_HOSTS": str(len(placement)),
             }
         )
         for local in range(slots):
-            rank = len(specs)
+            rank = index * nprocs + len(specs)
             env = {
                 **common,
                 **where,
@@ -221,8 +227,15 @@ def launch(
     stdout: BinaryIO | None = None,
     stderr: BinaryIO | None = None,
     module: bool = False,
+    nodes: tuple[int, int] | None = None,
+    master: tuple[str, int] | None = None,
 ) -> int:
     """Run ``command`` as ``nprocs`` ranks and return the job's exit status.
+
+    ``nodes`` = (this node's index, number of nodes) runs them as one node of a multi-node
+    job (torchrun's ``--node-rank``/``--nnodes``; one launcher per node): every node names
+    the same ``master`` = (address, port), where global rank 0 (node 0) serves the
+    rendezvous store, and the same ``job`` (default: one derived from ``master``).
 
     ``command`` is a program and its arguments (a ``.py`` file runs with this Python), or
     with ``module`` a Python module and its arguments (``python -m``). ``OMP_NUM_THREADS`` is
@@ -248,6 +261,15 @@ def launch(
     number when it was killed), 128 + the signal number when the launcher was signalled, or 124
     on timeout. Raises ``CommflowError`` for a bad request or a command that cannot be started.
     """
+    if nodes is not None:
+        index, count = nodes
+        if not 0 <= index < count or master is None:
+            raise CommflowError(
+                f"a multi-node job needs 0 <= node rank < nnodes (got {index} of {count}) and "
+                f"the master's address and port (--master-addr, --master-port)")
+        if hosts:
+            raise CommflowError("use either --hosts (emulated hosts) or --nnodes, not both")
+        job = job or re.sub(r"[^A-Za-z0-9_-]", "-", f"n{master[0]}-{master[1]}")[:64]
     job = job or new_job_id()
     if not _JOB_RE.fullmatch(job):
         raise CommflowError(f"bad job id {job!r}: use 1-64 letters, digits, '_' or '-'")
@@ -261,14 +283,16 @@ def launch(
         master_addr = namespace_address(hosts[0].namespace)
     else:
         master_addr = "127.0.0.1"
+    master_addr, master_port = master or (master_addr, free_port())
     specs = rank_specs(
         command,
         nprocs,
         job=job,
         master_addr=master_addr,
-        master_port=free_port(),
+        master_port=master_port,
         hosts=hosts or None,
         module=module,
+        node=nodes,
     )
     base = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **os.environ, **(env or {})}
     runner = Supervisor(

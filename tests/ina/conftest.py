@@ -107,29 +107,36 @@ def switch():
             s.proc.wait()
 
 
+def on_threads(work: Callable[[int], object], n: int, timeout: float = 120.0) -> list:
+    """``work(rank)`` on one thread per rank; the results by rank, or the first rank's
+    exception re-raised."""
+    outs: list = [None] * n
+    errors: list[BaseException] = []
+
+    def run(rank: int) -> None:
+        try:
+            outs[rank] = work(rank)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    if errors:
+        raise errors[0]
+    return outs
+
+
 def allreduce_threads(xs: list[np.ndarray], addr: tuple[str, int], *,
                       drop: float = 0.0, dup: float = 0.0,
                       call: Callable = ina_allreduce, **kwargs
                       ) -> tuple[list[np.ndarray], list[WorkerStats]]:
     """Run ``ina_allreduce`` on one thread per rank; re-raises a rank's exception."""
     n = len(xs)
-    outs: list = [None] * n
     stats = [WorkerStats() for _ in range(n)]
-    errors: list[BaseException] = []
-
-    def work(rank: int) -> None:
-        try:
-            outs[rank] = call(xs[rank], switch=addr, rank=rank, nranks=n, stats=stats[rank],
-                              faults=Faults(drop=drop, duplicate=dup, seed=100 + rank),
-                              **kwargs)
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    if errors:
-        raise errors[0]
+    outs = on_threads(lambda rank: call(
+        xs[rank], switch=addr, rank=rank, nranks=n, stats=stats[rank],
+        faults=Faults(drop=drop, duplicate=dup, seed=100 + rank), **kwargs), n)
     return outs, stats

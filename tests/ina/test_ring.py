@@ -1,7 +1,5 @@
 """The end-host ring over lossy UDP (the switch's baseline): sums vs numpy, loss, timeouts."""
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -9,31 +7,28 @@ from commflow.ina import Faults, InaTimeoutError, WorkerStats
 from commflow.ina.ring import udp_ring_allreduce
 from commflow.ina.switch import open_socket
 
+from .conftest import on_threads
+
 
 def ring(xs, *, drop=0.0, dup=0.0, calls=1, **kwargs):
     n = len(xs)
     socks = [open_socket("127.0.0.1", 0) for _ in range(n)]
     peers = [s.getsockname() for s in socks]
-    outs, stats, errors = [None] * n, [WorkerStats() for _ in range(n)], []
+    stats = [WorkerStats() for _ in range(n)]
 
     def work(r):
-        try:
-            for call in range(calls):
-                outs[r] = udp_ring_allreduce(
-                    xs[r], socks[r], peers, rank=r, call=call, stats=stats[r],
-                    faults=Faults(drop=drop, duplicate=dup, seed=10 * r + call), **kwargs)
-        except BaseException as e:
-            errors.append(e)
+        out = None
+        for call in range(calls):
+            out = udp_ring_allreduce(
+                xs[r], socks[r], peers, rank=r, call=call, stats=stats[r],
+                faults=Faults(drop=drop, duplicate=dup, seed=10 * r + call), **kwargs)
+        return out
 
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    for s in socks:
-        s.close()
-    if errors:
-        raise errors[0]
+    try:
+        outs = on_threads(work, n, timeout=60)
+    finally:
+        for s in socks:
+            s.close()
     return outs, stats
 
 

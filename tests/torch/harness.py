@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import socket
@@ -9,6 +10,7 @@ import traceback
 from collections.abc import Callable
 from datetime import timedelta
 
+import torch
 import torch._dynamo  # noqa: F401  (DDP imports it on first use: once here, not per rank)
 
 from ..runtime.harness import run_ranks
@@ -83,3 +85,54 @@ def run_group(
     port = free_port()
     return run_ranks(_child, lambda r, queue: (fn, r, nranks, port, backend, timeout, queue, args),
                      nranks, timeout=timeout, expect_failure=expect_failure, context=_CTX)
+
+
+class Bucket:
+    """What DDP communication hooks read of a ``dist.GradBucket``: its index, its flat
+    ``buffer`` and, for hooks that reshape, gradients of ``shapes`` as views of the buffer
+    (default: the whole buffer as one gradient)."""
+
+    def __init__(self, index: int, buffer: torch.Tensor,
+                 shapes: list[tuple[int, ...]] | None = None) -> None:
+        self._index, self._buffer = index, buffer
+        self._grads, offset = [], 0
+        for shape in shapes or [tuple(buffer.shape)]:
+            size = math.prod(shape)
+            self._grads.append(buffer[offset:offset + size].view(shape))
+            offset += size
+
+    def index(self) -> int:
+        return self._index
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def gradients(self) -> list[torch.Tensor]:
+        return self._grads
+
+
+def train_regression(model: torch.nn.Module, hook: tuple | None = None,
+                     steps: int = 80) -> list[float]:
+    """Losses of ``steps`` steps of DDP on this rank's random inputs regressing a fixed
+    linear target (SGD with momentum), with ``hook`` = (state, hook function) registered."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(model)
+    if hook is not None:
+        ddp.register_comm_hook(*hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    gen = torch.Generator().manual_seed(100 + dist.get_rank())
+    target = torch.nn.Linear(32, 1)
+    torch.nn.init.normal_(target.weight, generator=torch.Generator().manual_seed(7))
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(64, 32, generator=gen)
+        with torch.no_grad():
+            y = target(x)
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.torch import hooks
 
-from .harness import run_group
+from .harness import Bucket, run_group
 
 N = 2
 WIRE = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -21,19 +21,6 @@ WIRE = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 def gradient(rank: int) -> np.ndarray:
     """Rank ``rank``'s bucket: values that float16 and bfloat16 do not hold exactly."""
     return np.linspace(-1.0, 1.0, 9, dtype=np.float32) * (rank + 1) / 3 + np.float32(1e-3) * rank
-
-
-class Bucket:
-    """The two ``dist.GradBucket`` methods the hooks use."""
-
-    def __init__(self, index: int, buffer: torch.Tensor) -> None:
-        self._index, self._buffer = index, buffer
-
-    def index(self) -> int:
-        return self._index
-
-    def buffer(self) -> torch.Tensor:
-        return self._buffer
 
 
 def _two_steps(state) -> list[tuple[list[float], list[float]]]:

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from commflow.errors import CommflowError
 from commflow.torch import powersgd
 
-from .harness import run_group
+from .harness import Bucket, run_group, train_regression
 
 SHAPES = [(16, 12), (7,), (9, 10)]
 
@@ -22,30 +22,11 @@ def grads(rank: int) -> list[np.ndarray]:
     return [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
 
 
-class Bucket:
-    """What the hook reads of a ``dist.GradBucket``: gradients are views of the buffer."""
-
-    def __init__(self, index: int, arrays: list[np.ndarray]) -> None:
-        self._index = index
-        self._buffer = torch.from_numpy(np.concatenate([a.ravel() for a in arrays]))
-        self._grads, offset = [], 0
-        for a in arrays:
-            self._grads.append(self._buffer[offset:offset + a.size].view(a.shape))
-            offset += a.size
-
-    def index(self) -> int:
-        return self._index
-
-    def buffer(self) -> torch.Tensor:
-        return self._buffer
-
-    def gradients(self) -> list[torch.Tensor]:
-        return self._grads
-
-
 def _one_step():
     state = powersgd.PowerSGDState(rank=3, min_compression_rate=1.5, seed=5)
-    out = powersgd.powersgd_hook(state, Bucket(0, grads(dist.get_rank()))).wait()
+    arrays = grads(dist.get_rank())
+    bucket = Bucket(0, torch.from_numpy(np.concatenate([a.ravel() for a in arrays])), SHAPES)
+    out = powersgd.powersgd_hook(state, bucket).wait()
     with pytest.raises(CommflowError, match="rank must be >= 1"):
         powersgd.PowerSGDState(rank=0)
     errors = {k: v.numpy().copy() for k, v in state.errors.items()}
@@ -78,39 +59,21 @@ def test_one_step_matches_the_algorithm():
         assert raw == 4 * (16 * 12 + 7 + 9 * 10)
 
 
-def _train(kind: str) -> list[float]:
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_psgd
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(),
-                                torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
-    ddp = DDP(model)
-    if kind == "commflow":
-        ddp.register_comm_hook(powersgd.PowerSGDState(rank=4), powersgd.powersgd_hook)
-    elif kind == "torch":
-        state = torch_psgd.PowerSGDState(process_group=None, matrix_approximation_rank=4,
-                                         start_powerSGD_iter=2, min_compression_rate=2)
-        ddp.register_comm_hook(state, torch_psgd.powerSGD_hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-    gen = torch.Generator().manual_seed(100 + dist.get_rank())
-    target = torch.nn.Linear(32, 1)
-    torch.nn.init.normal_(target.weight, generator=torch.Generator().manual_seed(7))
-    losses = []
-    for _ in range(120):
-        x = torch.randn(64, 32, generator=gen)
-        with torch.no_grad():
-            y = target(x)
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses
-
-
 def _three_runs():
-    return {kind: _train(kind) for kind in ("float32", "commflow", "torch")}
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_psgd
+
+    def mlp() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(),
+                                   torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                   torch.nn.Linear(64, 1))
+
+    theirs = torch_psgd.PowerSGDState(process_group=None, matrix_approximation_rank=4,
+                                      start_powerSGD_iter=2, min_compression_rate=2)
+    return {"float32": train_regression(mlp(), steps=120),
+            "commflow": train_regression(mlp(), (powersgd.PowerSGDState(rank=4),
+                                                 powersgd.powersgd_hook), steps=120),
+            "torch": train_regression(mlp(), (theirs, torch_psgd.powerSGD_hook), steps=120)}
 
 
 def test_training_reaches_float32_loss_with_error_feedback():

@@ -12,24 +12,13 @@ from commflow.compress import Codec, decode, encode, scales
 from commflow.errors import CommflowError
 from commflow.torch import quantized
 
-from .harness import run_group
+from .harness import Bucket, run_group, train_regression
 
 N = 1000
 
 
 def gradient(rank: int) -> np.ndarray:
     return np.random.default_rng(rank).standard_normal(N).astype(np.float32)
-
-
-class Bucket:
-    def __init__(self, index: int, buffer: torch.Tensor) -> None:
-        self._index, self._buffer = index, buffer
-
-    def index(self) -> int:
-        return self._index
-
-    def buffer(self) -> torch.Tensor:
-        return self._buffer
 
 
 def _hook(codec):
@@ -82,40 +71,20 @@ def test_one_bucket_matches_the_stated_exchange_and_its_bound(codec, nranks):
     assert np.all(np.abs(want - mean) <= bound[:N] + 1e-6)
 
 
-def _train(hook=None) -> list[float]:
-    """Losses of 80 steps of DDP, with ``hook`` = (state, hook function) registered."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
-    ddp = DDP(model)
-    if hook is not None:
-        ddp.register_comm_hook(*hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-    gen = torch.Generator().manual_seed(100 + dist.get_rank())
-    target = torch.nn.Linear(32, 1)
-    torch.nn.init.normal_(target.weight, generator=torch.Generator().manual_seed(7))
-    losses = []
-    for _ in range(80):
-        x = torch.randn(64, 32, generator=gen)
-        with torch.no_grad():
-            y = target(x)
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses
-
-
 def _runs():
     from commflow.torch import topk
 
+    def mlp() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(),
+                                   torch.nn.Linear(64, 1))
+
     hook = quantized.quantized_allreduce_hook
-    return {"float32": _train(),
-            "int8": _train((quantized.QuantizedState(codec="int8"), hook)),
-            "int4": _train((quantized.QuantizedState(codec="int4"), hook)),
-            "top-10%": _train((topk.TopKState(ratio=0.1), topk.topk_allreduce_hook))}
+    return {"float32": train_regression(mlp()),
+            "int8": train_regression(mlp(), (quantized.QuantizedState(codec="int8"), hook)),
+            "int4": train_regression(mlp(), (quantized.QuantizedState(codec="int4"), hook)),
+            "top-10%": train_regression(mlp(), (topk.TopKState(ratio=0.1),
+                                                topk.topk_allreduce_hook))}
 
 
 def test_training_with_error_feedback_reaches_float32_loss():

@@ -56,7 +56,6 @@ class Policy:
     sharded: bool = False
     """Parameters sharded (ZeRO-3/FSDP): all-gather before forward and backward (one layer
     ahead), reduce-scatter of gradients after backward."""
-    notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -72,22 +71,15 @@ class Policy:
 
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (
-    Policy("fifo", notes="one allreduce per layer in ready order (Poseidon WFBP)"),
-    Policy("ddp", bucket_bytes=25 * MIB, first_bucket_bytes=1 * MIB,
-           notes="PyTorch DDP: 25 MiB buckets, first 1 MiB, bucket order"),
-    Policy("horovod", fusion_bytes=128 * MIB, cycle=1e-3,
-           notes="Horovod tensor fusion: 128 MiB, 1 ms cycle"),
-    Policy("priority", order="priority", notes="TicTac: lowest layer first, whole tensors"),
-    Policy("p3", order="priority", partition_bytes=200_000, credits=8,
-           notes="P3: priority, slices of 50,000 float32 parameters, pipelined"),
-    Policy("bytescheduler", order="priority", partition_bytes=4 * MIB, credits=4,
-           notes="ByteScheduler: priority, 4 MiB partitions, 4 in flight"),
-    Policy("pace", order="priority", preemptive=True,
-           notes="PACE: preemptive priority"),
-    Policy("dear", order="priority", decompose=True,
-           notes="DeAR: reduce-scatter in backward, all-gather before forward"),
-    Policy("fsdp", sharded=True,
-           notes="ZeRO-3/FSDP: all-gather one layer ahead, reduce-scatter after backward"),
+    Policy("fifo"),
+    Policy("ddp", bucket_bytes=25 * MIB, first_bucket_bytes=1 * MIB),
+    Policy("horovod", fusion_bytes=128 * MIB, cycle=1e-3),
+    Policy("priority", order="priority"),
+    Policy("p3", order="priority", partition_bytes=200_000, credits=8),
+    Policy("bytescheduler", order="priority", partition_bytes=4 * MIB, credits=4),
+    Policy("pace", order="priority", preemptive=True),
+    Policy("dear", order="priority", decompose=True),
+    Policy("fsdp", sharded=True),
 )}
 """Policy presets by name (module docstring)."""
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from commflow.bench.harness import Measurement
 from commflow.errors import CommflowError
+from commflow.plotting import pyplot, save
 from commflow.units import GB, format_size
 
 
@@ -52,13 +53,7 @@ def plot_curves(
     """
     if not curves:
         raise CommflowError("nothing to plot: no curves")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CommflowError("--plot needs matplotlib: pip install 'commflow[plot]'") from None
+    plt = pyplot("--plot")
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for label, points in curves.items():
         points = sorted(points)
@@ -81,9 +76,4 @@ def plot_curves(
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncols=2)
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as err:
-        raise CommflowError(f"cannot write plot {path}: {err}") from None
-    finally:
-        plt.close(fig)
+    save(fig, path, dpi=120)

@@ -10,6 +10,7 @@ import os
 
 from commflow.errors import CommflowError
 from commflow.plan.evaluate import Evaluation
+from commflow.plotting import pyplot, save
 
 COLORS = {"F": "#4c72b0", "B": "#dd8452", "W": "#55a868"}
 """Fill colour of each compute op kind."""
@@ -72,13 +73,7 @@ def draw_timeline(evaluation: Evaluation, path: str | os.PathLike) -> list[str]:
         raise CommflowError(
             "this evaluation has no full timeline: evaluate with pipeline='exact' to draw it"
         )
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CommflowError("drawing a timeline needs matplotlib: pip install matplotlib") from None
+    plt = pyplot("drawing a timeline")
     boxes = lane_boxes(evaluation)
     present = {lane for _, lane in boxes}
     lanes = [lane for lane in LANE_ORDER if lane == "compute" or lane in present]
@@ -114,10 +109,5 @@ def draw_timeline(evaluation: Evaluation, path: str | os.PathLike) -> list[str]:
     )
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small")
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as e:
-        raise CommflowError(f"cannot write timeline {path}: {e}") from None
-    finally:
-        plt.close(fig)
+    save(fig, path)
     return lanes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from commflow.errors import CommflowError
+from commflow.plotting import pyplot, save
 from commflow.sched.engine import Schedule
 
 COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
@@ -16,13 +16,7 @@ def draw_schedule(schedule: Schedule, path: str | os.PathLike, *, last: int = 3)
     """Write the ``last`` iterations of ``schedule`` to ``path`` (PNG, via matplotlib).
 
     Raises ``CommflowError`` when matplotlib is missing or ``path`` cannot be written."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CommflowError("drawing a schedule needs matplotlib: pip install matplotlib") from None
+    plt = pyplot("drawing a schedule")
     first = max(0, len(schedule.iteration_starts) - last)
     t0 = schedule.iteration_starts[first]
     fig, ax = plt.subplots(figsize=(13, 2.6))
@@ -40,9 +34,4 @@ def draw_schedule(schedule: Schedule, path: str | os.PathLike, *, last: int = 3)
                  f"{schedule.iteration_time * 1e3:.2f} ms per iteration "
                  f"(bound {schedule.lower_bound * 1e3:.2f} ms)")
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as error:
-        raise CommflowError(f"cannot write {path}: {error.strerror}") from None
-    finally:
-        plt.close(fig)
+    save(fig, path)

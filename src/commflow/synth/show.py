@@ -16,6 +16,7 @@ import numpy as np
 
 from commflow.errors import CommflowError
 from commflow.ir import Program
+from commflow.plotting import pyplot, save
 from commflow.sim import SimResult, lower_bound
 from commflow.topology.graph import NodeKind, Topology
 from commflow.units import format_size
@@ -91,14 +92,10 @@ def draw_schedule(picture: SchedulePicture, path: str | Path) -> None:
     used links as arrows coloured and widened by their busy time (colour bar), idle links
     dotted grey.
     Raises ``CommflowError`` when matplotlib is missing or ``path`` cannot be written."""
-    try:
-        import matplotlib
+    plt = pyplot("--show")
+    import matplotlib
+    from matplotlib.lines import Line2D
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.lines import Line2D
-    except ImportError:
-        raise CommflowError("--show needs matplotlib: pip install 'commflow[plot]'") from None
     cmap = plt.get_cmap("viridis")
     fig, ax = plt.subplots(figsize=(8, 8.8))
     pos = picture.positions
@@ -159,12 +156,7 @@ def draw_schedule(picture: SchedulePicture, path: str | Path) -> None:
     ax.set_aspect("equal")
     ax.axis("off")
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-    except OSError as err:
-        raise CommflowError(f"cannot write picture {path}: {err}") from None
-    finally:
-        plt.close(fig)
+    save(fig, path, bbox_inches="tight")
 
 
 def _layout(topology: Topology) -> dict[int, tuple[float, float]]:

@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 
 from commflow.compress import Codec, decode, encode, scales
+from commflow.compress import ddp_hook as quantized
 from commflow.errors import CommflowError
-from commflow.torch import quantized
 
 from .harness import Bucket, run_group, train_regression
 

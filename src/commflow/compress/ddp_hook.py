@@ -1,8 +1,10 @@
 """Block-quantized gradient averaging as a DDP communication hook (int8 or int4 with one
 float32 scale per block, as ZeRO++'s quantized gradients; error feedback as EF-SGD)::
 
-    state = quantized.QuantizedState(codec="int8")  # on every rank
-    ddp.register_comm_hook(state, quantized.quantized_allreduce_hook)
+    from commflow.compress import ddp_hook
+
+    state = ddp_hook.QuantizedState(codec="int8")  # on every rank
+    ddp.register_comm_hook(state, ddp_hook.quantized_allreduce_hook)
 
 Each rank adds last step's residual to ``bucket / world_size``, encodes its ``n`` shards
 (:func:`commflow.compress.encode`), exchanges them with one all-to-all of bytes, decodes and
@@ -10,6 +12,9 @@ adds the ``n`` contributions to its shard, encodes the sum and all-gathers the b
 :func:`commflow.compress.quantized_allreduce` does on a communicator, here over the state's
 process group, so ``2 (n-1)`` shards of ``encoded_bytes`` travel per rank instead of float32
 ones. The residual keeps what encoding this rank's contribution lost.
+
+Here, not in :mod:`commflow.torch`, because it uses the codecs (``compress`` sits above
+``torch`` in the layers); it imports torch, so ``commflow.compress`` does not import it.
 
 (No ``from __future__ import annotations`` here: DDP checks the hooks' annotations at run time.)
 """
@@ -20,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from commflow.compress import Codec, decode, encode
+from commflow.compress.codecs import Codec, decode, encode
 from commflow.errors import CommflowError
 from commflow.torch.hooks import HookState
 

@@ -5,13 +5,17 @@
     commflow run -n 2 examples/train_ddp.py --backend gloo
     commflow run -n 2 examples/train_ddp.py --backend both              # side by side
     commflow run -n 2 examples/train_ddp.py --backend both --hook bf16  # compressed buckets
+    commflow run -n 2 examples/train_ddp.py --backend both --hook int8 --losses
 
 The model is a decoder-only transformer in plain torch (3.3 M parameters by default); the data
 is a synthetic language the script generates: a fixed random Markov chain over the vocabulary
 in which each token has a few likely successors, so the loss falls from ln(vocab) towards the
 chain's entropy. Each rank reads its own stream. ``--backend both`` trains a commflow replica
 and a gloo replica of the same model on the same data, one step each in turn, so that both see
-the same load on a shared machine (and print the same losses).
+the same load on a shared machine (and print the same losses). With a compression hook
+(``fp16``, ``bf16``, ``int8``, ``int4``, ``powersgd``, ``topk``; error feedback on) the commflow
+replica's losses show what compression costs against gloo's float32 ones; ``--losses`` prints
+every step's loss.
 
 Rank 0 prints, per replica, the loss and one summary line: the median step time (slowest rank),
 tokens per second over all ranks, and the share of the step spent waiting for communication,
@@ -103,9 +107,10 @@ def parse() -> argparse.Namespace:
     p.add_argument(
         "--hook",
         default="none",
-        choices=["none", "allreduce", "fp16", "bf16"],
-        help="route buckets through a commflow comm hook",
+        choices=["none", "allreduce", "fp16", "bf16", "int8", "int4", "powersgd", "topk"],
+        help="route buckets through a commflow comm hook (compressed ones with error feedback)",
     )
+    p.add_argument("--losses", action="store_true", help="print every training step's loss")
     p.add_argument("--steps", type=int, default=20, help="timed training steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed first steps")
     p.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
@@ -126,6 +131,19 @@ def register_hook(ddp: DistributedDataParallel, name: str) -> None:
     elif name in ("fp16", "bf16"):
         dtype = torch.float16 if name == "fp16" else torch.bfloat16
         ddp.register_comm_hook(hooks.CompressionState(dtype=dtype), hooks.compressed_allreduce_hook)
+    elif name in ("int8", "int4"):
+        from commflow.compress import ddp_hook
+
+        state = ddp_hook.QuantizedState(codec=name)
+        ddp.register_comm_hook(state, ddp_hook.quantized_allreduce_hook)
+    elif name == "powersgd":
+        from commflow.torch import powersgd
+
+        ddp.register_comm_hook(powersgd.PowerSGDState(rank=4), powersgd.powersgd_hook)
+    elif name == "topk":
+        from commflow.torch import topk
+
+        ddp.register_comm_hook(topk.TopKState(ratio=0.1), topk.topk_allreduce_hook)
 
 
 class Replica:
@@ -178,7 +196,8 @@ class Replica:
             f"{self.name}: {world} ranks, {params / 1e6:.2f}M params, step {step_s * 1e3:.1f} ms "
             f"(median of {args.steps}), {world * args.batch * args.seq / step_s:.0f} tokens/s, "
             f"communication {100 * max(0.0, exposed) / step_s:.1f}% of the step",
-        ]
+        ] + ([f"{self.name}: losses " + " ".join(f"{x:.4f}" for x in self.losses)]
+             if args.losses else [])
 
 
 def main() -> None:

@@ -61,8 +61,8 @@ def topk_allreduce_hook(
     state.residuals[bucket.index()] = compensated - kept
     indices = torch.empty(k * n, dtype=torch.int32)
     gathered = torch.empty(k * n, dtype=torch.float32)
-    dist.all_gather_into_tensor(indices, index, group=group)
-    dist.all_gather_into_tensor(gathered, values, group=group)
+    dist.all_gather_single(indices, index, group=group)
+    dist.all_gather_single(gathered, values, group=group)
     buffer.zero_()
     buffer.index_add_(0, indices.long(), gathered)
     state.bytes_sent += 8 * k

@@ -54,3 +54,19 @@ def test_module_rank_specs_run_python_dash_m():
     specs = rank_specs(["pkg.train", "x.py"], 1, job="j", master_addr="a", master_port=1,
                        module=True)
     assert specs[0].argv == (sys.executable, "-m", "pkg.train", "x.py")
+
+
+def test_torchrun_spellings_start_the_same_job(capfd, module, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    code, lines = _run(capfd, "--standalone", "--nproc_per_node", "2", "-m", module, "--a_b")
+    assert code == 0
+    assert lines == ["[rank 0] 0 1 ['--a_b']", "[rank 1] 1 1 ['--a_b']"]  # its args untouched
+    code, lines = _run(capfd, "--nproc-per-node", "1", "-m", module)
+    assert (code, lines) == (0, ["[rank 0] 0 1 []"])
+
+
+def test_standalone_refuses_several_nodes(capfd):
+    with pytest.raises(SystemExit) as done:
+        main(["run", "--standalone", "--nnodes", "2", "x.py"])
+    assert done.value.code == 2
+    assert "--standalone is a one-node job" in capfd.readouterr().err

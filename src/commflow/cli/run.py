@@ -6,7 +6,14 @@ import typer
 
 from commflow.runtime.launcher import GRACE, launch, parse_hosts, usable_cpus
 
-CONTEXT_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+def _torchrun_spelling(option: str) -> str:
+    """An option's name (no leading dashes) with ``-`` for ``_``: torchrun takes both."""
+    return option.replace("_", "-")
+
+
+CONTEXT_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True,
+                    "token_normalize_func": _torchrun_spelling}
 """Options end at the command's first word: what follows belongs to the command."""
 
 
@@ -19,9 +26,9 @@ def run(
     nprocs: int = typer.Option(
         None,
         "-n",
-        "--nprocs",
-        help="Number of ranks (default: the CPUs this process may use; with --hosts: all "
-        "their slots).",
+        "--nproc-per-node",
+        help="Number of ranks (on this node; default: the CPUs this process may use; with "
+        "--hosts: all their slots).",
     ),
     module: bool = typer.Option(
         False, "-m", "--module", help="COMMAND is a Python module: run `python -m COMMAND`."
@@ -33,11 +40,16 @@ def run(
     ),
     nnodes: int = typer.Option(
         1, "--nnodes", help="Nodes of a multi-node job (one `commflow run` per node)."),
-    node_rank: int = typer.Option(0, "--node-rank", help="This node's index, 0..nnodes-1."),
+    node_rank: int = typer.Option(
+        0, "--node-rank", help="This node's index, 0..nnodes-1."),
     master_addr: str = typer.Option(
-        None, "--master-addr", help="Multi-node: address of node 0 (its rank 0 serves the "
-        "rendezvous)."),
-    master_port: int = typer.Option(None, "--master-port", help="Multi-node: its port."),
+        None, "--master-addr", help="Multi-node: address of node 0 (its rank "
+        "0 serves the rendezvous)."),
+    master_port: int = typer.Option(
+        None, "--master-port", help="Multi-node: its port."),
+    standalone: bool = typer.Option(
+        False, "--standalone", help="As torchrun's: one node, a fresh job id (the default "
+        "here; accepted so torchrun command lines work)."),
     job: str = typer.Option(
         None, "--job", help="Job id (default: a fresh random one; multi-node: from the master)."),
     timeout: float = typer.Option(
@@ -73,10 +85,15 @@ def run(
       commflow run --hosts h0:2,h1:2 bench.py
       commflow run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -n 8 train.py
 
-    As torchrun, --nnodes N --node-rank R --master-addr A --master-port P starts this node's
-    ranks of an N-node job (run it on every node): global ranks R*n .. R*n+n-1, shared memory
-    inside a node and the engine (gloo) between nodes.
+    As torchrun, --nnodes N --node-rank R --master-addr A --master-port P
+    starts this node's ranks of an N-node job (run it on every node): global
+    ranks R*n .. R*n+n-1, shared memory inside a node and the engine (gloo)
+    between nodes. torchrun's spellings work too: --standalone, and underscores for dashes (--nproc_per_node,
+    --node_rank, --master_addr, --master_port).
     """
+    if standalone and nnodes > 1:
+        raise typer.BadParameter("--standalone is a one-node job; drop it or --nnodes",
+                                 param_hint="--standalone")
     if nprocs is None:
         nprocs = usable_cpus() if hosts is None else sum(h.slots for h in parse_hosts(hosts))
     code = launch(

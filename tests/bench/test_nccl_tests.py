@@ -1,5 +1,6 @@
 """``commflow bench --nccl-tests``: read back by a parser of nccl-tests logs written from the
-format of all_reduce_perf's output (rows of 13 fields, ``#`` comments, the footer)."""
+format of all_reduce_perf's output (rows of 13 fields, ``#`` comments, the footer), and by
+the rule SuperBench's nccl-bw benchmark reads real nccl-tests logs with."""
 
 from __future__ import annotations
 
@@ -38,6 +39,23 @@ def parse_nccl_tests(text: str) -> dict:
     return {"rows": rows, **footer}
 
 
+def superbench_busbw(text: str) -> float:
+    """The rule of Microsoft SuperBench's nccl-bw benchmark (``_process_raw_result`` of
+    superbench/benchmarks/micro_benchmarks/cuda_nccl_bw_performance.py), restated: the rows
+    from 4 lines after the ``out-of-place`` line to the ``Out of bounds values`` line, split
+    on spaces, stop at a row of 10 fields or fewer, the maximum of field ``[-6]``."""
+    lines = text.splitlines()
+    first = max(i for i, line in enumerate(lines) if "out-of-place" in line) + 4
+    last = max(i for i, line in enumerate(lines) if "Out of bounds values" in line)
+    best = -1.0
+    for line in lines[first:last]:
+        fields = re.sub(r" +", " ", line.strip(" ")).split(" ")
+        if len(fields) <= 10:
+            break
+        best = max(best, float(fields[-6]))
+    return best
+
+
 def test_a_real_run_reads_back_as_nccl_tests_output(capsys):
     code, out, _ = run_bench(
         capsys, "--nccl-tests", "allreduce", "-g", "2", "-b", "8", "-e", "512", "-f", "8",
@@ -59,6 +77,7 @@ def test_a_real_run_reads_back_as_nccl_tests_output(capsys):
     assert (parsed["oob"], parsed["status"]) == (0, "OK")
     busbw = [r[k] for r in parsed["rows"] for k in ("busbw", "ip_busbw")]
     assert parsed["avg_busbw"] == pytest.approx(sum(busbw) / len(busbw), abs=0.006)
+    assert superbench_busbw(out) == max(r["busbw"] for r in parsed["rows"][1:])
 
 
 def _measurement(size: int, inplace: bool, seconds: float, wrong: int) -> Measurement:

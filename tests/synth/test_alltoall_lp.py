@@ -30,7 +30,7 @@ def test_dgx1_program_within_five_percent_of_the_bound():
     topo = topology.dgx1()
     program = synthesize("alltoall", topo)
     verify(program)
-    with pytest.raises(ProgramError, match="needs 63 channels where msccl has 32"):
+    with pytest.raises(ProgramError, match="needs 64 channels where msccl has 32"):
         to_msccl_xml(program)  # threadblocks sending and receiving on channels numbered apart
     bound = lower_bound("alltoall", topo, SIZE)
     result = simulate(program, topo, SIZE, model="flow")

@@ -26,8 +26,8 @@ def test_synth_alltoall_json_and_files(tmp_path, capsys):
     assert 0 < row["bound_pct"] <= 100
     assert row["ring_algbw"] is None
     verify(load_program(path))
-    assert run([*argv, "--xml", str(xml)]) == 2  # 63 channels: beyond MSCCL's 32
-    assert "needs 63 channels where msccl has 32" in capsys.readouterr().err
+    assert run([*argv, "--xml", str(xml)]) == 2  # 64 channels: beyond MSCCL's 32
+    assert "needs 64 channels where msccl has 32" in capsys.readouterr().err
     assert not xml.exists()
     assert run(["synth", "allgather", "--topo", "dgx1", "--pieces", "2", "-b", "1G", "-e", "1G",
                 "--xml", str(xml)]) == 0

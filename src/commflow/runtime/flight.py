@@ -295,16 +295,27 @@ def attach(config: FlightConfig, *, meta: dict, host) -> FlightRecorder | None:
     if not config.capacity:
         return None
     recorder = FlightRecorder(config.capacity, dump_dir=config.dump_dir, meta=meta)
+    _LIVE.add(recorder)
     if host is not None:
         DumpWatcher(host.dump_word, host.dump_address, recorder)
     return recorder
 
 
+_LIVE: weakref.WeakSet[FlightRecorder] = weakref.WeakSet()
+"""This process's recorders (one per communicator), for :func:`report_failure`."""
+
+
 def report_failure(recorder: FlightRecorder, host, global_rank: int, error: Exception) -> None:
-    """After ``error`` (a failed operation): mark the operation failed, dump the record, ask
-    the host's other ranks to dump theirs, and name the file at the end of the message."""
+    """After ``error`` (a failed operation): mark the operation failed, dump the record and
+    those of this process's other communicators (now, not from their watcher threads: the
+    process may exit right after the error), ask the host's other ranks to dump theirs, and
+    name the file at the end of the message."""
     recorder.fail_active()
     path = recorder.dump_after(f"{type(error).__name__}: {error}", failed=True)
+    for other in list(_LIVE):
+        if other is not recorder:
+            other.dump_after(f"rank {global_rank} failed on another communicator",
+                             failed=False)
     if host is not None:
         request_dumps(host.dump_word, host.dump_address, global_rank)
     if path is not None and error.args and isinstance(error.args[0], str):

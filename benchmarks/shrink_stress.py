@@ -157,11 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="commflow-stress-") as dumps:
         os.environ["COMMFLOW_DUMP_DIR"] = dumps
-        results = [trial(args.seed * 100000 + i, args.ranks, args.window, args.deadline)
-                   for i in range(args.runs)]
+        results = []
+        for i in range(args.runs):
+            r = trial(args.seed * 100000 + i, args.ranks, args.window, args.deadline)
+            results.append(r)
+            if r["hang"] or r["split"] or r["wrong"] or r["leftover"]:
+                print(f"FAILED run seed={r['seed']}: {json.dumps(r)}", file=sys.stderr,
+                      flush=True)
     bad = [r for r in results if r["hang"] or r["split"] or r["wrong"] or r["leftover"]]
-    for r in bad:
-        print(f"FAILED run seed={r['seed']}: {json.dumps(r)}", file=sys.stderr)
     shrinks = [t for r in results for t in r["shrink_s"]]
     seconds = [r["seconds"] for r in results]
     summary = {

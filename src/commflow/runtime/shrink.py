@@ -59,7 +59,7 @@ MAX_RANKS = 256
 
 _AREA = 2048  # bytes into the segment's 4 KiB control block (below: abort, dump, pid words)
 IDLE, JOINED, READY, WITHDRAWN = 0, 1, 2, 3
-OK, DIED, GAVE_UP, LATE = 1, 2, 3, 4
+OK, DIED, GAVE_UP, LATE, NO_SEGMENT = 1, 2, 3, 4, 5
 _NAP = 0.005
 
 
@@ -200,11 +200,17 @@ def _coordinate(board: _Board, build: _Build | None, start: float, timeout: floa
             _commit(board, GAVE_UP, quit_[0])
             return None
         members = [r for r in range(n) if seen[r] == JOINED and board.alive(r)]
-        nonce = secrets.randbits(63)
-        build = _Build(segment_name(job, f"shrink{nonce:x}"), len(members), 0, create=True)
+        if board.nonce[0]:  # a predecessor died before its decision: drop its segment
+            (SHM_DIR / segment_name(job, f"shrink{int(board.nonce[0]):x}")).unlink(
+                missing_ok=True)
+        board.nonce[0] = nonce = secrets.randbits(63) or 1
+        try:
+            build = _Build(segment_name(job, f"shrink{nonce:x}"), len(members), 0, create=True)
+        except CommflowError:
+            _commit(board, NO_SEGMENT, board.host.me)
+            raise
         board.member[:] = 0
         board.member[members] = 1
-        board.nonce[0] = nonce
         board.state[board.host.me] = READY
         board.decided[0] = 1
         board.fence()
@@ -253,7 +259,8 @@ def _finish(comm: Communicator, board: _Board, build: _Build | None,
         who = f"rank {_global(comm, culprit)}"
         reason = {DIED: f"{who} died before it joined the new communicator",
                   GAVE_UP: f"{who} gave up (its timeout passed) before it joined",
-                  LATE: f"{who} did not join within the coordinator's timeout"}.get(
+                  LATE: f"{who} did not join within the coordinator's timeout",
+                  NO_SEGMENT: f"{who} could not create its shared memory (see its error)"}.get(
                       code, "this rank could not attach to the new communicator")
         raise CommAbortedError(f"{what}: no communicator was formed: {reason}; restart the job "
                                f"(commflow run --max-restarts)")

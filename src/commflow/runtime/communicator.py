@@ -105,8 +105,9 @@ class Communicator:
         self._scratch_buffers: dict[str, np.ndarray] = {}
         self._signatures: dict[tuple, Signature] = {}
         self._reducers: dict[tuple[str, str], Reducer] = {}
-        # Only the world communicator owns the host's staging areas and flags: a sub-communicator
-        # over the same ranks (split with one color, a torch group of every rank) would share them.
+        # Only the world communicator (or one shrink() made, on a segment of its own) owns the
+        # host's staging areas and flags: a sub-communicator over the same ranks (split with
+        # one color, a torch group of every rank) would share them.
         world = owns_host or (comm_id == 0 and self.ranks == list(range(spec.size))
                               and spec.local_size == spec.size)
         self._owns_host = world and isinstance(transport, ShmTransport)

@@ -335,7 +335,8 @@ def launch(
             )
             current.append(runner)
             try:
-                left = None if deadline is None else max(1e-3, deadline - time.monotonic())
+                left = timeout if deadline is None or not attempt else max(
+                    1e-3, deadline - time.monotonic())
                 status = _attempt(runner, specs, {**base, **restarts}, job, prefix_output, left)
                 if status == 0 or runner.failed_rank is None or not max_restarts or signalled:
                     return status

@@ -54,6 +54,37 @@ def test_survivors_of_a_killed_rank_agree_and_compute_exactly(victims):
         (True, (i, len(survivors), survivors, True)) for i in range(len(survivors))]
 
 
+def _coordinator_dies(comm, when):
+    from commflow.runtime import shrink
+
+    if comm.rank == 0 and when == "before the decision":  # after creating the segment
+        create = shrink._Build.__init__
+
+        def create_then_die(self, *args, **kwargs):
+            create(self, *args, **kwargs)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        shrink._Build.__init__ = create_then_die
+    elif comm.rank == 0:  # after deciding, before committing the outcome
+        shrink._commit = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+    new = comm.shrink(timeout=10)
+    sizes = [new.size]
+    if new.size == 4:  # rank 0 was ready when it died: its death shows at the first call
+        with pytest.raises(CommAbortedError, match="rank 0"):
+            new.allreduce(np.ones(8, np.float32))
+        new = new.shrink(timeout=10)
+        sizes.append(new.size)
+    leftovers = sorted(p.name for p in Path("/dev/shm").glob(f"commflow.{comm.spec.job}.*"))
+    return sizes, new.ranks, _exact(new), leftovers
+
+
+@pytest.mark.parametrize("when", ["before the decision", "before the outcome"])
+def test_a_successor_finishes_the_shrink_of_a_coordinator_that_died(when):
+    results = run_world(_coordinator_dies, 4, when, timeout=30, expect_failure=True)
+    sizes = [3] if when == "before the decision" else [4, 3]
+    assert results[1:] == [(True, (sizes, [1, 2, 3], True, []))] * 3
+
+
 def _after_abort(comm):
     if comm.rank == 1:
         comm.abort("test")

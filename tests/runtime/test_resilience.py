@@ -86,6 +86,12 @@ def test_keep_going_leaves_the_survivors_running(tmp_path):
     assert status == 137 and "stopping ranks [0, 2]" in err
 
 
+def test_the_docs_excerpt_is_the_elastic_example():
+    example = {line.strip() for line in (ROOT / "examples" / "train_elastic.py").open()}
+    excerpt = docs_block("## Surviving a dead rank", "python").splitlines()
+    assert all(line.split("  #")[0].strip() in example for line in excerpt)
+
+
 def test_the_elastic_example_resumes_on_the_survivors():
     console = docs_block("## Surviving a dead rank", "console").splitlines()
     command = console[0].removeprefix("$ ").split()

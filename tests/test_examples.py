@@ -70,7 +70,8 @@ CHECKS = {"sim_dgx1.py": check_sim_dgx1, "custom_program.py": check_custom_progr
 
 
 LAUNCHED = {"train_ddp.py": "tests/torch/test_example.py (under commflow run and torchrun)",
-            "train_fsdp_tp.py": "tests/torch/test_fsdp_tp.py (against gloo, 4 ranks)"}
+            "train_fsdp_tp.py": "tests/torch/test_fsdp_tp.py (against gloo, 4 ranks)",
+            "train_elastic.py": "tests/runtime/test_resilience.py (4 ranks, one killed)"}
 """Examples that need several ranks, checked where their launchers are tested."""
 
 

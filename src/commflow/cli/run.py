@@ -58,6 +58,12 @@ def run(
     grace: float = typer.Option(
         GRACE, "--grace", help="Seconds between a forwarded signal and SIGKILL."
     ),
+    max_restarts: int = typer.Option(
+        0, "--max-restarts", help="When a rank fails, stop every rank and start the job again, "
+        "at most this many times (COMMFLOW_RESTART_COUNT tells the ranks which attempt)."),
+    keep_going: bool = typer.Option(
+        False, "--keep-going", help="A rank killed by a signal does not stop the others (they "
+        "may shrink past it); success when every rank not killed exits 0."),
     prefix: bool = typer.Option(
         True, "--prefix/--no-prefix", help="Prefix every output line with \\[rank N]."
     ),
@@ -77,11 +83,20 @@ def run(
     and the exit status is that rank's (128 + signal number when killed). The
     job's shared memory is removed at the end.
 
+    With --max-restarts N (torchrun's --max-restarts) a job stopped by a failed
+    rank starts again, every rank anew, up to N times; each rank reads the
+    attempt number in COMMFLOW_RESTART_COUNT (and TORCHELASTIC_RESTART_COUNT),
+    0 first, and N in COMMFLOW_MAX_RESTARTS. A signal or --timeout (over all
+    attempts) ends the job without restart; the exit status is the last
+    attempt's. With --keep-going a rank killed by a signal leaves the others
+    running, so that they can shrink their communicator and go on.
+
     [bold]Examples[/bold]
 
       commflow run -n 4 train.py --epochs 1
       commflow run -n 2 -m mypackage.train --epochs 1
       commflow run -n 2 -- python -c "import os; print(os.environ['RANK'])"
+      commflow run -n 4 --max-restarts 3 train.py
       commflow run --hosts h0:2,h1:2 bench.py
       commflow run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -n 8 train.py
 
@@ -105,6 +120,8 @@ def run(
         timeout=timeout,
         grace=grace,
         module=module,
+        max_restarts=max_restarts,
+        keep_going=keep_going,
         nodes=(node_rank, nnodes) if nnodes > 1 else None,
         master=None if master_addr is None or master_port is None else (master_addr,
                                                                           master_port),

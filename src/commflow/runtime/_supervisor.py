@@ -83,10 +83,15 @@ class Supervisor:
     """Starts ranks, relays their output, forwards signals and stops the job when one fails.
 
     ``stdout``/``stderr`` receive the ranks' prefixed lines and, on ``stderr``, the launcher's
-    own messages; ``grace`` is the time (s) between a forwarded signal and SIGKILL.
+    own messages; ``grace`` is the time (s) between a forwarded signal and SIGKILL. With
+    ``keep_going`` a rank killed by a signal does not stop the others (they may shrink past
+    it) unless it is the last: the job then succeeds when every rank that was not killed exits
+    0.
     """
 
-    def __init__(self, *, stdout: BinaryIO, stderr: BinaryIO, grace: float) -> None:
+    def __init__(self, *, stdout: BinaryIO, stderr: BinaryIO, grace: float,
+                 keep_going: bool = False) -> None:
+        self._keep_going = keep_going
         self._stdout = stdout
         self._stderr = stderr
         self._grace = grace
@@ -94,6 +99,9 @@ class Supervisor:
         self._live: dict[int, subprocess.Popen] = {}
         self._pipes: dict[BinaryIO, LinePrefixer] = {}
         self._status: int | None = None
+        self.failed_rank: int | None = None
+        """The rank whose failure stopped the job (``None``: none did, or a signal or the
+        timeout stopped it first)."""
         self._kill_at: float | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
@@ -219,7 +227,12 @@ class Supervisor:
                 pass
         if code == 0 or self._status is not None:
             return
+        if self._keep_going and code < 0 and self._live:
+            self.note(f"rank {rank} {describe_exit(code)}; ranks {sorted(self._live)} keep "
+                      f"running (--keep-going)")
+            return
         self._status = code if code > 0 else 128 - code
+        self.failed_rank = rank
         others = f"; stopping ranks {sorted(self._live)}" if self._live else ""
         self.note(f"rank {rank} {describe_exit(code)}{others}")
         self._stop(signal.SIGTERM)

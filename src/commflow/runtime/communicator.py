@@ -84,7 +84,8 @@ class Communicator:
 
     def __init__(self, spec: WorldSpec, transport: ShmTransport, *, timeout: float,
                  ranks: list[int] | None = None, comm_id: int = 0,
-                 flight_config: flight.FlightConfig | None = None) -> None:
+                 flight_config: flight.FlightConfig | None = None,
+                 owns_host: bool = False) -> None:
         self.spec = spec
         self.transport = transport
         self.timeout = check_timeout(timeout, "communicator")
@@ -104,10 +105,12 @@ class Communicator:
         self._scratch_buffers: dict[str, np.ndarray] = {}
         self._signatures: dict[tuple, Signature] = {}
         self._reducers: dict[tuple[str, str], Reducer] = {}
-        # Only the world communicator owns the host's staging areas and flags: a sub-communicator
-        # over the same ranks (split with one color, a torch group of every rank) would share them.
-        world = comm_id == 0 and self.ranks == list(range(spec.size)) \
-            and spec.local_size == spec.size
+        # Only the world communicator (or one shrink() made, on a segment of its own) owns the
+        # host's staging areas and flags: a sub-communicator over the same ranks (split with
+        # one color, a torch group of every rank) would share them.
+        world = owns_host or (comm_id == 0 and self.ranks == list(range(spec.size))
+                              and spec.local_size == spec.size)
+        self._owns_host = world and isinstance(transport, ShmTransport)
         self._fast = fastpath.SharedBufferPaths(
             lambda seq, sig, dt: transport.endpoint(seq, sig, dt, self.ranks, comm_id),
             self.size, self.rank) if world and transport.host.layout.stage_bytes else None
@@ -258,6 +261,30 @@ class Communicator:
         self._broken = f"abort() on rank {self.rank} ({reason})"
         if self._host is not None:
             self._host.abort(ABORT_ERROR, self._host.me, self._seq)
+
+    def shrink(self, *, timeout: float | None = None) -> Communicator:
+        """A new communicator of the ranks still alive (NCCL's ``ncclCommShrink``), ranked
+        densely in their old order; this one becomes unusable (as after :meth:`abort`, which
+        it implies: peers blocked in an operation raise at once). Every live rank should call
+        it, typically after a ``CommAbortedError``: within ``timeout`` seconds (default: the
+        communicator's) every caller returns a communicator of the same members, or every
+        caller raises the same ``CommAbortedError`` (or ``CommTimeoutError``). A rank that
+        calls after the others decided without it raises. One host only; see
+        :mod:`commflow.runtime.shrink` for the agreement and docs/reliability.md."""
+        from commflow.runtime.shrink import shrink_communicator
+
+        timeout = self.timeout if timeout is None else check_timeout(
+            timeout, f"shrink on rank {self.rank}")
+        if not self._owns_host:
+            raise CommflowError(
+                f"shrink on rank {self.rank}: only a communicator that owns its host's shared "
+                f"memory can shrink (the world of one host, or one shrink returned), not a "
+                f"split one or one across hosts; shrink the world and split again, or restart "
+                f"the job (commflow run --max-restarts)")
+        self._broken = self._broken or f"shrink() on rank {self.rank}"
+        if not self._host.aborted():
+            self._host.abort(ABORT_ERROR, self._host.me, self._seq)
+        return shrink_communicator(self, timeout)
 
     def dump_flight_record(self, path: str | os.PathLike | None = None) -> Path:
         """Write this communicator's flight record (its last operations) as JSON to ``path``

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,6 +230,8 @@ def launch(
     module: bool = False,
     nodes: tuple[int, int] | None = None,
     master: tuple[str, int] | None = None,
+    max_restarts: int = 0,
+    keep_going: bool = False,
 ) -> int:
     """Run ``command`` as ``nprocs`` ranks and return the job's exit status.
 
@@ -257,10 +260,27 @@ def launch(
     Ranks still running ``grace`` seconds after a signal get SIGKILL (a second SIGINT: at once).
     Finally the job's shared memory is removed.
 
+    With ``max_restarts`` N (torchelastic's ``--max-restarts``), a job stopped by a failed rank
+    is started again, every rank anew, up to N times; each rank reads the attempt number in
+    ``COMMFLOW_RESTART_COUNT`` (0 first; also ``TORCHELASTIC_RESTART_COUNT``) and N in
+    ``COMMFLOW_MAX_RESTARTS`` (``TORCHELASTIC_MAX_RESTARTS``). A signal or the timeout (which
+    counts over all attempts) is not restarted. One node only: not with ``nodes``.
+
+    With ``keep_going`` a rank killed by a signal does not stop the others, so that they can
+    go on without it (``Communicator.shrink``); the job succeeds when every rank that was not
+    killed exits 0 (the last rank's death still ends it as a failure).
+
     Returns 0 when every rank exited 0; else the first failed rank's exit code (128 + signal
-    number when it was killed), 128 + the signal number when the launcher was signalled, or 124
-    on timeout. Raises ``CommflowError`` for a bad request or a command that cannot be started.
+    number when it was killed) in the last attempt, 128 + the signal number when the launcher
+    was signalled, or 124 on timeout. Raises ``CommflowError`` for a bad request or a command
+    that cannot be started.
     """
+    if max_restarts < 0:
+        raise CommflowError(f"--max-restarts must be 0 or more, got {max_restarts}")
+    if max_restarts and nodes is not None:
+        raise CommflowError("--max-restarts works on one node: a multi-node job would need "
+                            "every node's launcher to restart together; use torchrun's "
+                            "elastic agent for that")
     if nodes is not None:
         index, count = nodes
         if not 0 <= index < count or master is None:
@@ -283,27 +303,60 @@ def launch(
         master_addr = namespace_address(hosts[0].namespace)
     else:
         master_addr = "127.0.0.1"
-    master_addr, master_port = master or (master_addr, free_port())
-    specs = rank_specs(
-        command,
-        nprocs,
-        job=job,
-        master_addr=master_addr,
-        master_port=master_port,
-        hosts=hosts or None,
-        module=module,
-        node=nodes,
-    )
     base = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **os.environ, **(env or {})}
-    runner = Supervisor(
-        stdout=sys.stdout.buffer if stdout is None else stdout,
-        stderr=sys.stderr.buffer if stderr is None else stderr,
-        grace=grace,
-    )
+    current: list[Supervisor] = []
+    signalled: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        signalled.append(signum)
+        if current:
+            current[-1].on_signal(signum, frame)
+
     previous: dict[int, object] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, runner.on_signal)
+            previous[signum] = signal.signal(signum, forward)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    attempt = 0
+    try:
+        while True:
+            addr, port = master or (master_addr, free_port())
+            specs = rank_specs(command, nprocs, job=job, master_addr=addr, master_port=port,
+                               hosts=hosts or None, module=module, node=nodes)
+            restarts = {"COMMFLOW_RESTART_COUNT": str(attempt),
+                        "TORCHELASTIC_RESTART_COUNT": str(attempt),
+                        "COMMFLOW_MAX_RESTARTS": str(max_restarts),
+                        "TORCHELASTIC_MAX_RESTARTS": str(max_restarts)}
+            runner = Supervisor(
+                stdout=sys.stdout.buffer if stdout is None else stdout,
+                stderr=sys.stderr.buffer if stderr is None else stderr,
+                grace=grace,
+                keep_going=keep_going,
+            )
+            current.append(runner)
+            try:
+                left = timeout if deadline is None or not attempt else max(
+                    1e-3, deadline - time.monotonic())
+                status = _attempt(runner, specs, {**base, **restarts}, job, prefix_output, left)
+                if status == 0 or runner.failed_rank is None or not max_restarts or signalled:
+                    return status
+                if attempt == max_restarts:
+                    runner.note(f"no restart left ({max_restarts} used); exit status {status}")
+                    return status
+                attempt += 1
+                runner.note(f"restarting every rank: restart {attempt} of {max_restarts}")
+            finally:
+                current.clear()
+                runner.close()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _attempt(runner: Supervisor, specs: list[RankSpec], base: Mapping[str, str], job: str,
+             prefix_output: bool, timeout: float | None) -> int:
+    """Run the ranks of ``specs`` once under ``runner``; returns the exit status once the
+    ranks are gone and the job's shared memory is removed."""
     try:
         for spec in specs:
             prefix = f"[rank {spec.rank}] ".encode() if prefix_output else b""
@@ -311,9 +364,6 @@ def launch(
         return runner.wait(timeout)
     finally:
         runner.kill_all()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         removed = remove_job(job)
         if removed:
             runner.note(f"removed shared memory left by job {job}: {', '.join(removed)}")
-        runner.close()

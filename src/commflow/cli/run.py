@@ -103,8 +103,8 @@ def run(
     As torchrun, --nnodes N --node-rank R --master-addr A --master-port P
     starts this node's ranks of an N-node job (run it on every node): global
     ranks R*n .. R*n+n-1, shared memory inside a node and the engine (gloo)
-    between nodes. torchrun's spellings work too: --standalone, and underscores for dashes (--nproc_per_node,
-    --node_rank, --master_addr, --master_port).
+    between nodes. torchrun's spellings work too: --standalone, and
+    underscores for dashes (--nproc_per_node, --node_rank, --master_addr).
     """
     if standalone and nnodes > 1:
         raise typer.BadParameter("--standalone is a one-node job; drop it or --nnodes",

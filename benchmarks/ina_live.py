@@ -148,8 +148,11 @@ def _run(args: argparse.Namespace) -> None:
             print("\n".join(r for r in rows if r.startswith("|")), flush=True)
             if done.returncode:
                 raise SystemExit(f"workers failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+            fields = Path(f"/proc/{switch.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             switch.terminate()
-            print("# switch " + switch.communicate(timeout=30)[0].strip(), flush=True)
+            print(f"# switch CPU {cpu:.1f} s; " + switch.communicate(timeout=30)[0].strip(),
+                  flush=True)
             switch = None
     finally:
         if switch is not None:

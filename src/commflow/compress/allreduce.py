@@ -45,7 +45,7 @@ def _pieces(shard: int, block: int, pieces: int) -> list[tuple[int, int]]:
 
 def quantized_allreduce(comm, x: np.ndarray, *, codec: Codec = Codec(),
                         feedback: ErrorFeedback | None = None, key: str = "x",
-                        measure_error: bool = False, pieces: int = 4
+                        measure_error: bool = False, pieces: int = 8
                         ) -> tuple[np.ndarray, AllreduceStats]:
     """Sum the 1-D float32 ``x`` over ``comm``'s ranks with ``codec`` on the wire.
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from commflow.ina import _kernels
+from commflow.ina._batch import Batch
 from commflow.ina.protocol import (
     EMPTY,
     HEADER,
@@ -18,7 +19,7 @@ from commflow.ina.protocol import (
     shift,
     unpack,
 )
-from commflow.ina.switch import Batch, Switch
+from commflow.ina.switch import Switch
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

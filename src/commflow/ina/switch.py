@@ -7,12 +7,15 @@ so that they sum among themselves: ATP's fallback to end-host aggregation); the 
 every worker once all have joined. In the data phase a worker keeps each of its slots busy with
 one block at a time: phase ``j`` of a slot uses copy ``j mod 2``. The switch adds the payload
 into the copy and sets the worker's bit; a second copy of the same packet (a retransmission or
-duplicate) is not added again. When all ``n`` bits are set it sends the sum to every worker
-(one numpy add per packet, one clip per result). Phase ``j + 2`` reuses the copy only after
-every worker has received phase ``j + 1``'s result, and so phase ``j``'s, so a retransmission
-of phase ``j`` whose result was lost still finds it in its copy and gets it back. LEAVE is the
-closing barrier: when all have left, the slots return to the pool. A job idle for ``lease``
-seconds (a worker died) is freed too.
+duplicate) is not added again. When all ``n`` bits are set it sends the sum to every worker.
+Phase ``j + 2`` reuses the copy only after every worker has received phase ``j + 1``'s
+result, and so phase ``j``'s, so a retransmission of phase ``j`` whose result was lost still
+finds it in its copy and gets it back. LEAVE is the closing barrier: when all have left, the
+slots return to the pool. A job idle for ``lease`` seconds (a worker died) is freed too.
+
+``Switch.handle`` does all this in Python, one datagram at a time (the reference);
+``Switch.handle_batch``, which :func:`run_switch` uses, aggregates a batch of DATA datagrams
+per compiled call (:mod:`commflow.ina._kernels`) on the same state.
 
 Datagrams that fail validation are counted and ignored; ones that parse but break the protocol
 (wrong worker count, slot, phase) are answered with ``REJECT`` and a :class:`Reason`.
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commflow.ina import _kernels
+from commflow.ina._batch import Batch
 from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
     EMPTY,
@@ -339,35 +343,6 @@ class Switch:
                            np.array([len(job.slots) for _, job in held], np.int64),
                            [j for j, _ in held])
         return self._table
-
-
-class Batch:
-    """Preallocated receive buffers for :meth:`Switch.handle_batch`: ``size`` datagrams of up
-    to 64 KiB, their lengths and senders, and the kernel's per-datagram outputs."""
-
-    def __init__(self, size: int = 64) -> None:
-        self.buf = np.zeros((size, 65536), np.uint8)
-        self.lens = np.zeros(size, np.int64)
-        self.addrs: list[Address] = [("", 0)] * size
-        self.views = [memoryview(self.buf[i]) for i in range(size)]
-        self.code = np.zeros(size, np.int64)
-        self.where = np.zeros(size, np.int64)
-        self.counters = np.zeros(5, np.int64)
-
-    def receive(self, sock: socket.socket) -> int:
-        """Read the datagrams waiting on ``sock`` without blocking (up to the batch size);
-        returns how many."""
-        n = 0
-        while n < len(self.views):
-            try:
-                size, addr = sock.recvfrom_into(self.views[n], 0, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                break
-            except ConnectionError:
-                continue
-            self.lens[n], self.addrs[n] = size, addr
-            n += 1
-        return n
 
 
 def open_socket(host: str, port: int, buffer: int = 4 << 20) -> socket.socket:

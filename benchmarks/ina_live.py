@@ -57,7 +57,8 @@ def _worker(args: argparse.Namespace) -> None:
         calls = {
             "ina": lambda x=x, s=stats: ina_allreduce(
                 x, switch=(SWITCH_ADDR, PORT), rank=rank, nranks=n, slots=args.slots,
-                faults=faults, stats=s[0], timeout=120, min_rto=args.min_rto),
+                faults=faults, stats=s[0], timeout=120, min_rto=args.min_rto,
+                max_rto=args.max_rto),
             "ring": lambda x=x: comm.allreduce(x, algo="ring"),
         }
         if dist is not None:
@@ -94,8 +95,8 @@ def _worker(args: argparse.Namespace) -> None:
         dist.destroy_process_group()
 
 
-def _commflow(*words: str) -> list[str]:
-    return ["nice", "-n", "-10", sys.executable, "-m", "commflow.cli", *words]
+def _commflow(*words: str, nice: int = -10) -> list[str]:
+    return ["nice", "-n", str(nice), sys.executable, "-m", "commflow.cli", *words]
 
 
 def _set_mtu(hosts: int, mtu: int) -> None:
@@ -133,14 +134,16 @@ def _run(args: argparse.Namespace) -> None:
                 ["ip", "netns", "exec", cluster.SWITCH,
                  *_commflow("ina", "switch", "--host", SWITCH_ADDR, "--port", str(PORT), "-n",
                             str(args.ranks), "--slots", str(args.slots), "--values",
-                            str(args.values), "--loss", str(drop), "--seed", "7")],
+                            str(args.values), "--loss", str(drop), "--seed", "7",
+                            nice=args.switch_nice)],
                 stdout=subprocess.PIPE, text=True)
             if not re.match("listening on", switch.stdout.readline()):
                 raise SystemExit("the switch did not start")
             worker = [*_commflow("run", "--hosts", hosts, "--", sys.executable, str(Path(__file__)),
                                  "worker", "--sizes", args.sizes, "--drop", str(drop),
                                  "--reps", str(args.reps), "--slots", str(args.slots),
-                                 "--values", str(args.values), "--min-rto", str(args.min_rto))
+                                 "--values", str(args.values), "--min-rto", str(args.min_rto),
+                                 "--max-rto", str(args.max_rto))
                       ] + (["--gloo"] * args.gloo)
             done = subprocess.run(worker, capture_output=True, text=True,
                                   env={**os.environ, "GLOO_SOCKET_IFNAME": "eth0"})
@@ -185,8 +188,10 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=24)
     parser.add_argument("--values", type=int, default=16368, help="values per packet")
     parser.add_argument("--gloo", action="store_true", help="also torch gloo all_reduce")
+    parser.add_argument("--switch-nice", type=int, default=-10, help="the switch's nice")
     parser.add_argument("--mtu", type=int, default=65520, help="MTU of every link")
     parser.add_argument("--min-rto", type=float, default=0.05, help="INA's least timeout (s)")
+    parser.add_argument("--max-rto", type=float, default=1.0, help="INA's largest timeout (s)")
     args = parser.parse_args()
     if args.mode == "run" and os.environ.get("INA_LIVE_PRIVATE") != "1":
         _private(sys.argv)

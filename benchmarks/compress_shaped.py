@@ -34,6 +34,7 @@ def _sparse(rank: int, n: int) -> np.ndarray:
 
 def _cases(comm, x: np.ndarray, sparse: np.ndarray) -> dict:
     cases = {"float32": lambda: (comm.allreduce(x), None)}
+    cases["int8 (1 piece)"] = lambda: quantized_allreduce(comm, x, codec=Codec(), pieces=1)
     for name in ("bf16", "int8", "int4"):
         cases[name] = lambda c=Codec(name=name): quantized_allreduce(comm, x, codec=c)
     cases["top-1%"] = lambda: topk_allreduce(comm, x, k=x.size // 100)

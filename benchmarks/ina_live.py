@@ -1,125 +1,201 @@
-"""Live in-network aggregation vs ring allreduces, 4 workers on one machine.
+"""Live in-network aggregation against ring allreduces between emulated hosts on shaped links.
 
-    PYTHONPATH=src python benchmarks/ina_live.py --ranks 4 --sizes 1,16,64 --loss 0,0.05
+    sudo .venv/bin/python benchmarks/ina_live.py --sizes 1,16,64 --loss 0,0.05 --gloo
 
-INA: ``ina_allreduce`` through a ``commflow ina switch`` process on UDP loopback, with the
-drop probability injected on every worker's and the switch's sends. UDP ring: the end-host
-ring of :mod:`commflow.ina.ring` between the same processes over UDP loopback, with the same
-loss on every send, the same packet size (float32 values) and as many packets in flight as the
-switch has slots. shm ring: the runtime's ``ring`` allreduce over commflow's shared-memory
-communicator (no loss: shared memory cannot drop). Prints per size (MiB, float32) and loss the
-slowest rank's median time of ``--reps`` calls, algbw (GB/s), retransmissions per call (all
-ranks) and the largest INA error found relative to the protocol's bound (must stay <= 1).
+As root it builds the emulated cluster (``commflow cluster up --hosts 4 --bandwidth 1gbit``),
+sets every link's MTU to ``--mtu`` (default 65520, so that a 64 KiB datagram and a TCP
+segment alike cross unfragmented), gives the bridge namespace ``commflow-sw`` the address
+198.19.255.254 and runs ``commflow ina switch`` there: a switch with one 1 Gbit/s port per
+host, as a top-of-rack switch would be. Switch and ranks run at ``nice -10`` (the machine is
+shared with other jobs; INA and the rings alike).
+Then ``commflow run --hosts h0:1,..`` starts one rank per host running this file's ``worker``
+mode, and finally it stops the switch and takes the cluster down (also after a failure). It
+all runs in a private mount namespace (``unshare``), so other users of ``commflow cluster``
+on the machine neither see nor remove its namespaces.
+
+Per size (MiB of float32) and injected drop probability (on every worker's and the switch's
+sends), the slowest rank's median of ``--reps`` calls after one untimed: ``ina_allreduce``
+through the switch; commflow's ``ring`` allreduce (``comm.allreduce(x, algo="ring")``, its
+engine transport over TCP, which the injected loss does not touch); with ``--gloo`` torch's
+gloo ``all_reduce`` between the same hosts. Also INA's retransmissions per call (all ranks)
+and its largest error relative to the protocol's bound (must stay <= 1).
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
+import os
 import re
 import subprocess
 import sys
 import time
-import uuid
+from pathlib import Path
 
 import numpy as np
 
-import commflow.runtime as runtime
-from commflow.ina import Faults, WorkerStats, error_bound, ina_allreduce
-from commflow.ina.ring import udp_ring_allreduce
-from commflow.ina.switch import open_socket
+SWITCH_ADDR = "198.19.255.254"
+PORT = 9999
 
 
-def _rank(rank: int, nranks: int, job: str, addr: tuple[str, int], sizes: list[int],
-          loss: float, reps: int, slots: int, values: int, queue) -> None:
-    comm = runtime.init(rank=rank, world_size=nranks, job=job, timeout=600)
-    faults = Faults(drop=loss, seed=1000 + rank)
-    sock = open_socket("127.0.0.1", 0)
-    ports = comm.allgather(np.array([sock.getsockname()[1]], np.int64))
-    peers = [("127.0.0.1", int(p)) for p in ports]
-    call = 0
-    for mib in sizes:
-        xs = [np.random.default_rng(r).standard_normal(mib << 18).astype(np.float32)
-              for r in range(nranks)]
-        times: dict[str, list[float]] = {"ina": [], "udp": [], "shm": []}
-        retx = np.zeros(2, np.int64)
-        comm.allreduce(xs[rank], algo="ring")
-        for _ in range(reps):
-            ina, udp = WorkerStats(), WorkerStats()
-            comm.barrier()
-            t = time.perf_counter()
-            y = ina_allreduce(xs[rank], switch=addr, rank=rank, nranks=nranks, slots=slots,
-                              faults=faults, stats=ina, timeout=120)
-            times["ina"].append(time.perf_counter() - t)
-            comm.barrier()
-            t = time.perf_counter()
-            udp_ring_allreduce(xs[rank], sock, peers, rank=rank, call=call, values=values,
-                               window=slots, faults=faults, stats=udp, timeout=120)
-            times["udp"].append(time.perf_counter() - t)
-            call += 1
-            comm.barrier()
-            t = time.perf_counter()
-            comm.allreduce(xs[rank], algo="ring")
-            times["shm"].append(time.perf_counter() - t)
-            retx += [ina.retransmits, udp.retransmits]
-        exact = np.sum([x.astype(np.float64) for x in xs], axis=0)
-        bound = error_bound(xs, values) + np.spacing(np.abs(exact).astype(np.float32))
-        worst = float(np.max(np.abs(y.astype(np.float64) - exact) / bound))
-        slowest = comm.allreduce(np.array([np.median(times[k]) for k in ("ina", "udp", "shm")]),
-                                 "max")
-        retx = comm.allreduce(retx, "sum") / reps
+def _worker(args: argparse.Namespace) -> None:
+    import commflow.runtime as runtime
+    from commflow.ina import Faults, WorkerStats, error_bound, ina_allreduce
+
+    comm = runtime.init()
+    rank, n = comm.rank, comm.size
+    dist = None
+    if args.gloo:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:"
+                                f"{int(os.environ['MASTER_PORT']) + 1}", rank=rank, world_size=n)
+    faults = Faults(drop=args.drop, seed=1000 + rank)
+    for mib in (int(s) for s in args.sizes.split(",")):
+        x = np.random.default_rng(rank).standard_normal(mib << 18).astype(np.float32)
+        stats = [WorkerStats()]
+        calls = {
+            "ina": lambda x=x, s=stats: ina_allreduce(
+                x, switch=(SWITCH_ADDR, PORT), rank=rank, nranks=n, slots=args.slots,
+                faults=faults, stats=s[0], timeout=120, min_rto=args.min_rto,
+                max_rto=args.max_rto),
+            "ring": lambda x=x: comm.allreduce(x, algo="ring"),
+        }
+        if dist is not None:
+            calls["gloo"] = lambda t=torch.from_numpy(x.copy()): dist.all_reduce(t)
+        times: dict[str, list[float]] = {k: [] for k in calls}
+        retx = 0
+        for rep in range(args.reps + 1):
+            for name, call in calls.items():
+                stats[0] = WorkerStats()
+                comm.barrier()
+                start = time.perf_counter()
+                y = call()
+                if rep:
+                    times[name].append(time.perf_counter() - start)
+                if name == "ina":
+                    retx += stats[0].retransmits if rep else 0
+                    out = y
+        xs = [np.random.default_rng(r).standard_normal(x.size).astype(np.float32)
+              for r in range(n)]
+        exact = np.sum(xs, axis=0, dtype=np.float64)
+        bound = error_bound(xs, args.values) + np.spacing(
+            np.abs(exact).astype(np.float32))
+        worst = float(np.max(np.abs(out.astype(np.float64) - exact) / bound))
+        med = comm.allreduce(np.array([np.median(times[k]) for k in calls]), "max")
+        retx = int(comm.allreduce(np.array([retx]), "sum")[0]) / args.reps
         worst = float(comm.allreduce(np.array([worst]), "max")[0])
         if rank == 0:
-            gbs = [(mib << 20) / t / 1e9 for t in slowest]
-            queue.put(f"| {mib} | {loss:.0%} | {1e3 * slowest[0]:.0f} | {gbs[0]:.3f} | "
-                      f"{retx[0]:.0f} | {worst:.2f} | {1e3 * slowest[1]:.0f} | {gbs[1]:.3f} | "
-                      f"{retx[1]:.0f} | {1e3 * slowest[2]:.1f} | {gbs[2]:.2f} |")
-    sock.close()
-    if rank == 0:
-        queue.put(None)
+            cells = [f"{1e3 * med[0]:.0f}", f"{(mib << 20) / med[0] / 1e9:.3f}", f"{retx:.0f}",
+                     f"{worst:.2f}", f"{1e3 * med[1]:.0f}", f"{med[1] / med[0]:.2f}"]
+            if dist is not None:
+                cells += [f"{1e3 * med[2]:.0f}", f"{med[2] / med[0]:.2f}"]
+            print(f"| {mib} | {args.drop:.0%} | " + " | ".join(cells) + " |", flush=True)
+    if dist is not None:
+        dist.destroy_process_group()
 
 
-def _switch(nranks: int, slots: int, values: int, loss: float) -> tuple[subprocess.Popen, tuple]:
-    proc = subprocess.Popen([sys.executable, "-m", "commflow.cli", "ina", "switch", "--port",
-                             "0", "-n", str(nranks), "--slots", str(slots), "--values",
-                             str(values), "--loss", str(loss), "--seed", "7"],
-                            stdout=subprocess.PIPE, text=True)
-    found = re.match(r"listening on ([\d.]+):(\d+) ", proc.stdout.readline())
-    if not found:
-        proc.kill()
-        raise SystemExit("the switch did not start")
-    return proc, (found.group(1), int(found.group(2)))
+def _commflow(*words: str, nice: int = -10) -> list[str]:
+    return ["nice", "-n", str(nice), sys.executable, "-m", "commflow.cli", *words]
+
+
+def _set_mtu(hosts: int, mtu: int) -> None:
+    """Every link of the cluster (both veth ends and the bridge) to ``mtu`` bytes."""
+    from commflow.runtime import cluster
+
+    links = [(f"commflow-h{i}", "eth0") for i in range(hosts)] + [
+        (cluster.SWITCH, f"h{i}") for i in range(hosts)] + [(cluster.SWITCH, "br0")]
+    for ns, dev in links:
+        subprocess.run(["ip", "-n", ns, "link", "set", dev, "mtu", str(mtu)], check=True)
+
+
+def _run(args: argparse.Namespace) -> None:
+    from commflow.runtime import cluster
+
+    hosts = ",".join(f"h{i}:1" for i in range(args.ranks))
+    if cluster.current() is not None:
+        raise SystemExit("an emulated cluster is up (another job's?); `commflow cluster down` "
+                         "first if it is yours")
+    print(f"# {args.ranks} hosts at {args.bandwidth}, MTU {args.mtu}, switch in namespace "
+          f"{cluster.SWITCH} at {SWITCH_ADDR}: {args.slots} slots x {args.values} values per "
+          f"packet, min RTO {args.min_rto} s; median of {args.reps}, slowest rank")
+    head = "| MiB | loss | INA ms | INA GB/s | INA retx | err/bound | ring ms | ring/INA |"
+    print(head + (" gloo ms | gloo/INA |" if args.gloo else ""))
+    print("|---" * (8 + 2 * args.gloo) + "|", flush=True)
+    subprocess.run(_commflow("cluster", "up", "--hosts", str(args.ranks), "--bandwidth",
+                             args.bandwidth), check=True, stdout=subprocess.DEVNULL)
+    switch = None
+    try:
+        subprocess.run(["ip", "-n", cluster.SWITCH, "addr", "add", f"{SWITCH_ADDR}/15", "dev",
+                        "br0"], check=True)
+        _set_mtu(args.ranks, args.mtu)
+        for drop in (float(p) for p in args.loss.split(",")):
+            switch = subprocess.Popen(
+                ["ip", "netns", "exec", cluster.SWITCH,
+                 *_commflow("ina", "switch", "--host", SWITCH_ADDR, "--port", str(PORT), "-n",
+                            str(args.ranks), "--slots", str(args.slots), "--values",
+                            str(args.values), "--loss", str(drop), "--seed", "7",
+                            nice=args.switch_nice)],
+                stdout=subprocess.PIPE, text=True)
+            if not re.match("listening on", switch.stdout.readline()):
+                raise SystemExit("the switch did not start")
+            worker = [*_commflow("run", "--hosts", hosts, "--", sys.executable, str(Path(__file__)),
+                                 "worker", "--sizes", args.sizes, "--drop", str(drop),
+                                 "--reps", str(args.reps), "--slots", str(args.slots),
+                                 "--values", str(args.values), "--min-rto", str(args.min_rto),
+                                 "--max-rto", str(args.max_rto))
+                      ] + (["--gloo"] * args.gloo)
+            done = subprocess.run(worker, capture_output=True, text=True,
+                                  env={**os.environ, "GLOO_SOCKET_IFNAME": "eth0"})
+            rows = [re.sub(r"^\[rank 0\] ", "", line) for line in done.stdout.splitlines()]
+            print("\n".join(r for r in rows if r.startswith("|")), flush=True)
+            if done.returncode:
+                raise SystemExit(f"workers failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+            fields = Path(f"/proc/{switch.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            switch.terminate()
+            print(f"# switch CPU {cpu:.1f} s; " + switch.communicate(timeout=30)[0].strip(),
+                  flush=True)
+            switch = None
+    finally:
+        if switch is not None:
+            switch.kill()
+            switch.wait()
+        subprocess.run(_commflow("cluster", "down"), check=False, stdout=subprocess.DEVNULL)
+
+
+def _private(argv: list[str]) -> None:
+    """Run again in a mount namespace of its own with empty ``/run/netns`` and
+    ``/run/commflow``: the cluster made here is invisible to any other ``commflow cluster``
+    user on the machine (whose ``up``/``down`` would otherwise replace it mid-run), and
+    vanishes with the run."""
+    script = ("mount -t tmpfs ina-live /run/netns && mkdir -p /run/commflow && "
+              "mount -t tmpfs ina-live /run/commflow && exec \"$@\"")
+    os.execvpe("unshare", ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           script, "sh", sys.executable, *argv],
+               {**os.environ, "INA_LIVE_PRIVATE": "1"})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", nargs="?", default="run", choices=("run", "worker"))
     parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--bandwidth", default="1gbit")
     parser.add_argument("--sizes", default="1,16,64", help="MiB, comma-separated")
     parser.add_argument("--loss", default="0,0.05", help="drop probabilities")
-    parser.add_argument("--reps", type=int, default=1)
-    parser.add_argument("--slots", type=int, default=64)
-    parser.add_argument("--values", type=int, default=256, help="values per packet")
+    parser.add_argument("--drop", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--slots", type=int, default=24)
+    parser.add_argument("--values", type=int, default=16368, help="values per packet")
+    parser.add_argument("--gloo", action="store_true", help="also torch gloo all_reduce")
+    parser.add_argument("--switch-nice", type=int, default=-10, help="the switch's nice")
+    parser.add_argument("--mtu", type=int, default=65520, help="MTU of every link")
+    parser.add_argument("--min-rto", type=float, default=0.05, help="INA's least timeout (s)")
+    parser.add_argument("--max-rto", type=float, default=1.0, help="INA's largest timeout (s)")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"{args.ranks} workers, switch: {args.slots} slots x {args.values} values per packet")
-    print("| MiB | loss | INA ms | INA GB/s | INA retx | err/bound | UDP ring ms | UDP ring GB/s "
-          "| ring retx | shm ring ms | shm ring GB/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for loss in (float(p) for p in args.loss.split(",")):
-        proc, addr = _switch(args.ranks, args.slots, args.values, loss)
-        queue = mp.Queue()
-        job = f"ina-{uuid.uuid4().hex[:8]}"
-        procs = [mp.Process(target=_rank, args=(r, args.ranks, job, addr, sizes, loss,
-                                                args.reps, args.slots, args.values, queue))
-                 for r in range(args.ranks)]
-        for p in procs:
-            p.start()
-        while (line := queue.get()) is not None:
-            print(line, flush=True)
-        for p in procs:
-            p.join()
-        proc.terminate()
-        proc.wait()
+    if args.mode == "run" and os.environ.get("INA_LIVE_PRIVATE") != "1":
+        _private(sys.argv)
+    (_worker if args.mode == "worker" else _run)(args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from commflow.compress import Codec, ErrorFeedback, quantized_allreduce
+from commflow.compress import Codec, ErrorFeedback, decode, encode, quantized_allreduce
 from tests.runtime.harness import run_world
 
 N = 3000  # not a multiple of nranks * block: exercises padding
@@ -64,3 +64,32 @@ def test_error_feedback_keeps_the_sum_within_residuals():
     for total, sent, residual in run_world(_feedback, 2):
         # what is left out of the sum is the ranks' residuals plus the last requantization
         assert np.abs(total - sent - residual).max() < np.abs(total).max() / 7
+
+
+def _reference(comm, x, codec):
+    """The exchange stated with encode/decode alone, one piece: decode and add each rank's
+    part in rank order, encode the sum, decode every rank's reduced shard."""
+    shard = -(-x.size // (comm.size * codec.block)) * codec.block
+    padded = np.zeros(shard * comm.size, np.float32)
+    padded[:x.size] = x
+    got = comm.alltoall(np.concatenate([encode(padded[j * shard:(j + 1) * shard], codec)
+                                        for j in range(comm.size)]))
+    reduced = np.zeros(shard, np.float32)
+    for part in np.split(got, comm.size):
+        decode(part, shard, codec, add_to=reduced)
+    gathered = comm.allgather(encode(reduced, codec))
+    return np.concatenate([decode(p, shard, codec) for p in np.split(gathered, comm.size)])[:x.size]
+
+
+def _pieces(comm, name):
+    codec = Codec(name=name, block=BLOCK)
+    x = _input(comm.rank)
+    return [quantized_allreduce(comm, x, codec=codec, pieces=p)[0] for p in (1, 3, 7)] + [
+        _reference(comm, x, codec)]
+
+
+@pytest.mark.parametrize("name", ["int8", "int4", "bf16"])
+def test_pipelined_pieces_and_fused_reduce_equal_the_plain_exchange(name):
+    for outs in run_world(_pieces, 3, name):
+        for out in outs[:-1]:
+            np.testing.assert_array_equal(out, outs[-1])

@@ -7,12 +7,15 @@ so that they sum among themselves: ATP's fallback to end-host aggregation); the 
 every worker once all have joined. In the data phase a worker keeps each of its slots busy with
 one block at a time: phase ``j`` of a slot uses copy ``j mod 2``. The switch adds the payload
 into the copy and sets the worker's bit; a second copy of the same packet (a retransmission or
-duplicate) is not added again. When all ``n`` bits are set it sends the sum to every worker
-(one numpy add per packet, one clip per result). Phase ``j + 2`` reuses the copy only after
-every worker has received phase ``j + 1``'s result, and so phase ``j``'s, so a retransmission
-of phase ``j`` whose result was lost still finds it in its copy and gets it back. LEAVE is the
-closing barrier: when all have left, the slots return to the pool. A job idle for ``lease``
-seconds (a worker died) is freed too.
+duplicate) is not added again. When all ``n`` bits are set it sends the sum to every worker.
+Phase ``j + 2`` reuses the copy only after every worker has received phase ``j + 1``'s
+result, and so phase ``j``'s, so a retransmission of phase ``j`` whose result was lost still
+finds it in its copy and gets it back. LEAVE is the closing barrier: when all have left, the
+slots return to the pool. A job idle for ``lease`` seconds (a worker died) is freed too.
+
+``Switch.handle`` does all this in Python, one datagram at a time (the reference);
+``Switch.handle_batch``, which :func:`run_switch` uses, aggregates a batch of DATA datagrams
+per compiled call (:mod:`commflow.ina._kernels`) on the same state.
 
 Datagrams that fail validation are counted and ignored; ones that parse but break the protocol
 (wrong worker count, slot, phase) are answered with ``REJECT`` and a :class:`Reason`.
@@ -20,17 +23,21 @@ Datagrams that fail validation are counted and ignored; ones that parse but brea
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from commflow.ina import _kernels
+from commflow.ina._batch import Batch
 from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
     EMPTY,
+    HEADER,
     MAX_VALUES,
     MAX_WORKERS,
     WIRE,
@@ -111,15 +118,18 @@ class Switch:
             raise InaError(f"ina switch: {self.slots} slots x {self.values} values would hold "
                            f"{16 * self.slots * self.values >> 20} MiB; keep slots x values "
                            f"<= {1 << 26}")
-        self._acc = np.zeros((2, self.slots, self.values), np.int64)
-        self._phase = [[-2] * self.slots, [-1] * self.slots]
-        self._seen = [[0] * self.slots, [0] * self.slots]
-        self._nseen = [[0] * self.slots, [0] * self.slots]
-        self._exp = [[EMPTY] * self.slots, [EMPTY] * self.slots]
-        self._where = [[(0, 0)] * self.slots, [(0, 0)] * self.slots]
-        self._result: list[list[bytes]] = [[b""] * self.slots, [b""] * self.slots]
+        shape = (2, self.slots)
+        self._acc = np.zeros((*shape, self.values), np.int64)
+        self._phase = np.array([[-2] * self.slots, [-1] * self.slots], np.int64)
+        self._seen = np.zeros(shape, np.uint64)
+        self._nseen = np.zeros(shape, np.int64)
+        self._exp = np.full(shape, EMPTY, np.int64)
+        self._off = np.zeros(shape, np.int64)
+        self._cnt = np.zeros(shape, np.int64)
+        self._res = np.zeros((*shape, HEADER.size + 4 * self.values), np.uint8)
         self._free = list(range(self.slots - 1, -1, -1))
         self._jobs: dict[int, _Job] = {}
+        self._table: tuple | None = None
         self._session = 0
         self._full = (1 << self.nworkers) - 1
 
@@ -130,8 +140,12 @@ class Switch:
 
     def handle(self, data: bytes, addr: Address, now: float | None = None
                ) -> list[tuple[bytes, Address]]:
-        """Process one datagram from ``addr``; returns the datagrams to send."""
+        """Process one datagram from ``addr``; returns the datagrams to send (the reference,
+        in Python, of what :meth:`handle_batch` does compiled)."""
         self.stats.datagrams += 1
+        return self._handle(data, addr, time.monotonic() if now is None else now)
+
+    def _handle(self, data: bytes, addr: Address, now: float) -> list[tuple[bytes, Address]]:
         try:
             h, payload = unpack(data)
         except InaProtocolError as e:
@@ -141,7 +155,6 @@ class Switch:
         reason = self._check(h)
         if reason is not Reason.NONE:
             return self._reject(h, reason, addr)
-        now = time.monotonic() if now is None else now
         if h.kind is Kind.JOIN:
             return self._join(h, addr, now)
         if h.kind is Kind.LEAVE:
@@ -154,6 +167,7 @@ class Switch:
         old = [j for j, job in self._jobs.items() if now - job.active > self.lease]
         for j in old:
             self._free.extend(self._jobs.pop(j).slots)
+        self._table = None if old else self._table
         return old
 
     def _check(self, h: Header) -> Reason:
@@ -183,6 +197,7 @@ class Switch:
                 self._phase[0][g], self._phase[1][g] = -2, -1
                 self._nseen[0][g] = self._nseen[1][g] = 0
             self._jobs[h.job] = job
+            self._table = None
             self.stats.sessions += 1
             self.stats.refused += not grant
         job.active = now
@@ -208,6 +223,7 @@ class Switch:
         if job.left != self._full:
             return []
         del self._jobs[h.job]
+        self._table = None
         self._free.extend(job.slots)
         return [(pack(Header(Kind.LEFT, h.job, h.session, w, self.nworkers)), job.addrs[w])
                 for w in range(self.nworkers)]
@@ -225,56 +241,120 @@ class Switch:
         if h.ver != v:
             return self._reject(h, Reason.BAD_PHASE, addr)
         job.active = now
-        job.addrs[h.worker] = addr
-        current = self._phase[v][g]
+        current = int(self._phase[v, g])
         row = self._acc[v, g]
         if h.phase == current:
-            if self._seen[v][g] & bit:
+            if int(self._seen[v, g]) & bit:
                 self.stats.duplicates += 1
-                if self._nseen[v][g] == self.nworkers:
+                if self._nseen[v, g] == self.nworkers:
                     return [(self._reply(h, v, g, h.worker), addr)]
                 return []
-            if self._where[v][g] != (h.offset, h.count):
+            if (self._off[v, g], self._cnt[v, g]) != (h.offset, h.count):
                 return self._reject(h, Reason.BAD_PHASE, addr)
             row[:h.count] += np.frombuffer(payload, WIRE)
-            self._seen[v][g] |= bit
-            self._nseen[v][g] += 1
-            self._exp[v][g] = max(self._exp[v][g], h.exp)
+            self._seen[v, g] |= np.uint64(bit)
+            self._nseen[v, g] += 1
+            self._exp[v, g] = max(self._exp[v, g], h.exp)
         elif h.phase == current + 2 and (h.phase < 1 or (
-                self._phase[1 - v][g] == h.phase - 1
-                and self._nseen[1 - v][g] == self.nworkers)):
+                self._phase[1 - v, g] == h.phase - 1
+                and self._nseen[1 - v, g] == self.nworkers)):
             row[:h.count] = np.frombuffer(payload, WIRE)
-            self._phase[v][g] = h.phase
-            self._seen[v][g] = bit
-            self._nseen[v][g] = 1
-            self._exp[v][g] = h.exp
-            self._where[v][g] = (h.offset, h.count)
+            self._phase[v, g] = h.phase
+            self._seen[v, g] = bit
+            self._nseen[v, g] = 1
+            self._exp[v, g] = h.exp
+            self._off[v, g], self._cnt[v, g] = h.offset, h.count
         elif h.phase < current:
             self.stats.stale += 1
             return []
         else:
             return self._reject(h, Reason.BAD_PHASE, addr)
         self.stats.aggregated += 1
-        if self._nseen[v][g] < self.nworkers:
+        if self._nseen[v, g] < self.nworkers:
             return []
         self.stats.results += 1
         total = row[:h.count]
         if total.size and (total.min() < _LO or total.max() > _HI):
             self.stats.saturated += 1
             total = np.clip(total, _LO, _HI)
-        self._result[v][g] = total.astype(WIRE).tobytes()
+        self._res[v, g, HEADER.size:HEADER.size + 4 * h.count] = np.frombuffer(
+            total.astype(WIRE).tobytes(), np.uint8)
         return [(self._reply(h, v, g, w), job.addrs[w]) for w in range(self.nworkers)]
 
     def _reply(self, h: Header, v: int, g: int, worker: int) -> bytes:
+        payload = self._res[v, g, HEADER.size:HEADER.size + 4 * h.count].tobytes()
         return pack(Header(Kind.RESULT, h.job, h.session, worker, self.nworkers, h.slot,
-                           h.count, self._exp[v][g], h.phase, h.offset, v), self._result[v][g])
+                           h.count, int(self._exp[v, g]), h.phase, h.offset, v), payload)
+
+    def handle_batch(self, batch: Batch, count: int, now: float | None = None
+                     ) -> Iterator[tuple[memoryview | bytes, Address]]:
+        """Process the first ``count`` datagrams of ``batch`` in order, as :meth:`handle`
+        would one by one, with the compiled kernel for the DATA stream; yields what to send.
+        A yielded view is reused: send it before taking the next."""
+        now = time.monotonic() if now is None else now
+        self.stats.datagrams += count
+        jobs, sessions, grants, ngrants, ids = self._job_table()
+        touched = np.zeros(len(ids), np.int64)
+        done = 0
+        while done < count:
+            stop = _kernels.switch_batch(
+                batch.buf, batch.lens, done, count, self.nworkers, self.values, jobs,
+                sessions, grants, ngrants, touched, self._phase, self._seen, self._nseen,
+                self._exp, self._off, self._cnt, self._acc, self._res, batch.counters,
+                batch.code, batch.where)
+            for i in np.flatnonzero(batch.code[done:stop]) + done:
+                v, g = divmod(int(batch.where[i]), self.slots)
+                whole = memoryview(self._res[v, g])
+                reply = whole[:HEADER.size + 4 * int.from_bytes(whole[18:20], "big")]
+                if batch.code[i] == _kernels.TO_SENDER:
+                    whole[12:14] = batch.buf[i, 12:14].tobytes()
+                    yield reply, batch.addrs[i]
+                    continue
+                job = self._jobs[int.from_bytes(whole[8:10], "big")]
+                for w in range(self.nworkers):
+                    whole[12:14] = w.to_bytes(2, "big")
+                    yield reply, job.addrs[w]
+            if stop < count:
+                data = batch.buf[stop, :batch.lens[stop]].tobytes()
+                yield from self._handle(data, batch.addrs[stop], now)
+                jobs, sessions, grants, ngrants, ids = self._job_table()
+                touched = np.zeros(len(ids), np.int64)
+            done = stop + 1
+            for k in np.flatnonzero(touched):
+                self._jobs[ids[k]].active = now
+        c = batch.counters
+        self.stats.aggregated += int(c[_kernels.AGGREGATED])
+        self.stats.results += int(c[_kernels.RESULTS])
+        self.stats.duplicates += int(c[_kernels.DUPLICATES])
+        self.stats.stale += int(c[_kernels.STALE])
+        self.stats.saturated += int(c[_kernels.SATURATED])
+        c[:] = 0
+
+    def _job_table(self) -> tuple:
+        """The jobs holding slots as arrays for the kernel (rebuilt when jobs change)."""
+        if self._table is None:
+            held = [(j, job) for j, job in self._jobs.items() if job.slots]
+            width = max([len(job.slots) for _, job in held], default=1)
+            grants = np.zeros((max(1, len(held)), width), np.int64)
+            for k, (_, job) in enumerate(held):
+                grants[k, :len(job.slots)] = job.slots
+            self._table = (np.array([j for j, _ in held], np.int64),
+                           np.array([job.session for _, job in held], np.int64), grants,
+                           np.array([len(job.slots) for _, job in held], np.int64),
+                           [j for j, _ in held])
+        return self._table
 
 
-def open_socket(host: str, port: int) -> socket.socket:
-    """A UDP socket bound to ``host:port`` with 4 MiB buffers (as far as the kernel allows)."""
+def open_socket(host: str, port: int, buffer: int = 4 << 20) -> socket.socket:
+    """A blocking UDP socket bound to ``host:port`` with ``buffer`` bytes of send and receive
+    buffer (beyond ``net.core.rmem_max`` when run as root, else as far as the kernel
+    allows)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-        sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+    for force, opt in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, buffer)  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, opt, buffer)
     try:
         sock.bind((host, port))
     except OSError as e:
@@ -289,31 +369,31 @@ def run_switch(host: str = "127.0.0.1", port: int = 0, nranks: int = 2, slots: i
                stop: threading.Event | None = None,
                ready: Callable[[Address], None] | None = None) -> SwitchStats:
     """Serve a :class:`Switch` on UDP ``host:port`` (loopback by default; port 0: any free
-    one) until ``stop`` is set; ``ready`` is called with the bound address first. Every send
-    goes through ``faults``. Returns the switch's statistics."""
+    one) until ``stop`` is set; ``ready`` is called with the bound address first. Reads the
+    datagrams waiting in batches and aggregates each batch with the compiled kernel
+    (:meth:`Switch.handle_batch`). Every send goes through ``faults``. Returns the switch's
+    statistics."""
     switch = Switch(nranks, slots, values=values, lease=lease)
     faults = faults or Faults()
     stop = stop or threading.Event()
-    sock = open_socket(host, port)
-    sock.settimeout(0.2)
+    sock = open_socket(host, port, 32 << 20)
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    batch = Batch()
     try:
         if ready is not None:
             ready(sock.getsockname())
         checked = time.monotonic()
         while not stop.is_set():
-            try:
-                data, addr = sock.recvfrom(65536)
-            except TimeoutError:
-                data = None
-            except ConnectionError:
-                continue
+            count = batch.receive(sock)
             now = time.monotonic()
-            if data is not None:
-                for out, dst in switch.handle(data, addr, now):
-                    try:
-                        faults.sendto(sock, out, dst)
-                    except OSError:
-                        switch.stats.last_error = f"send to {dst[0]}:{dst[1]} failed"
+            if not count:
+                poller.poll(200)
+            for out, dst in switch.handle_batch(batch, count, now):
+                try:
+                    faults.sendto(sock, out, dst)
+                except OSError:
+                    switch.stats.last_error = f"send to {dst[0]}:{dst[1]} failed"
             if now - checked > 1.0:
                 switch.expire(now)
                 checked = now

@@ -18,26 +18,29 @@ from __future__ import annotations
 
 import heapq
 import ipaddress
+import math
+import select
 import socket
 import time
 
 import numpy as np
 
+from commflow.ina import _kernels
 from commflow.ina._common import Rto, WorkerStats
 from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
     EMPTY,
+    HEADER,
+    MAGIC,
     REASONS,
+    VERSION,
     Header,
     InaError,
     InaNoSlotsError,
     InaProtocolError,
     InaTimeoutError,
     Kind,
-    dequantize,
-    exponents,
     pack,
-    quantize,
     shift,
     unpack,
     unpack_peers,
@@ -49,7 +52,8 @@ Address = tuple[str, int]
 
 
 class _Link:
-    """The worker's socket to the switch, with faults on sends and validated receives."""
+    """The worker's socket to the switch, with faults on sends and validated receives into
+    one preallocated buffer."""
 
     def __init__(self, switch: Address, faults: Faults, stats: WorkerStats, who: str) -> None:
         try:
@@ -58,10 +62,14 @@ class _Link:
             raise InaError(f"{who}: bad switch address {switch!r} ({e}); pass (host, port)"
                            ) from None
         loopback = ipaddress.ip_address(self.switch[0]).is_loopback
-        self.sock = open_socket("127.0.0.1" if loopback else "0.0.0.0", 0)
+        self.sock = open_socket("127.0.0.1" if loopback else "0.0.0.0", 0, 16 << 20)
+        self.poller = select.poll()
+        self.poller.register(self.sock, select.POLLIN)
+        self.buf = np.zeros(65536, np.uint8)
+        self.view = memoryview(self.buf)
         self.faults, self.stats, self.who = faults, stats, who
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes | memoryview) -> None:
         """Send to the switch; a failed send counts as a lost packet (the timer resends)."""
         self.stats.sent += 1
         try:
@@ -69,22 +77,29 @@ class _Link:
         except OSError:
             self.stats.send_errors += 1
 
-    def recv(self, wait: float) -> tuple[Header, memoryview] | None:
-        """The next valid datagram from the switch within ``wait`` s, else ``None``."""
-        self.sock.settimeout(max(wait, 1e-4))
+    def _receive(self) -> tuple[int, Address] | None:
         try:
-            data, addr = self.sock.recvfrom(65536)
-        except (TimeoutError, ConnectionError):
+            return self.sock.recvfrom_into(self.view, 0, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError, ConnectionError):
             return None
+
+    def recv(self, wait: float) -> tuple[Header, memoryview] | None:
+        """The next valid datagram from the switch within ``wait`` s, else ``None``; its
+        payload is a view of :attr:`buf`, valid until the next call."""
+        got = self._receive()
+        if got is None and self.poller.poll(max(1, math.ceil(wait * 1e3))):
+            got = self._receive()
+        if got is None:
+            return None
+        size, addr = got
         if addr != self.switch:
             self.stats.malformed += 1
             return None
         try:
-            h, payload = unpack(data)
+            return unpack(self.view[:size])
         except InaProtocolError:
             self.stats.malformed += 1
             return None
-        return h, payload
 
     def refused(self, h: Header, what: str) -> InaProtocolError:
         return InaProtocolError(f"{self.who}: the switch at {self.switch[0]}:{self.switch[1]} "
@@ -92,7 +107,7 @@ class _Link:
 
 
 def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: float,
-             what: str) -> tuple[Header, memoryview]:
+             what: str) -> tuple[Header, bytes]:
     """Send ``request`` until the switch answers with one of ``replies`` (same job/worker)."""
     interval, resend = 0.02, 0.0
     while True:
@@ -113,22 +128,27 @@ def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: 
         elif h.kind is Kind.REJECT and h.session == request.session:
             raise link.refused(h, request.kind.name)
         elif h.kind in replies and (request.session == 0 or h.session == request.session):
-            return got
+            return h, bytes(got[1])
 
 
 def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nranks: int,
             timeout: float, rto: Rto) -> None:
-    """Aggregate ``flat`` into ``out`` through the switch's granted slots."""
+    """Aggregate the 1-D ``flat`` into ``out`` (same size) through the switch's granted
+    slots: one preallocated packet buffer per slot, quantized and decoded by the compiled
+    kernels."""
     values, q = joined.count, shift(nranks)
     nblocks = -(-flat.size // values)
     k = min(joined.slot, nblocks)
-    local = exponents(flat, values)
+    local = np.empty(nblocks, np.int64)
+    _kernels.block_exponents(flat, values, local)
     last = [len(range(s, nblocks, k)) for s in range(k)]
     phase, agreed = [0] * k, [EMPTY] * k
-    packet: list[bytes] = [b""] * k
+    packets = np.zeros((k, HEADER.size + 4 * values), np.uint8)
+    views = [memoryview(p) for p in packets]
+    size = [0] * k
     sent_at, again = [0.0] * k, [False] * k
     timers: list[tuple[float, int, int]] = []
-    base = Header(Kind.DATA, joined.job, joined.session, joined.worker, nranks)
+    job, session, worker = joined.job, joined.session, joined.worker
 
     def send(s: int, now: float) -> None:
         j = phase[s]
@@ -136,11 +156,13 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
         exp = int(local[ahead]) if ahead < nblocks else EMPTY
         lo = (s + (j - 1) * k) * values if j else 0
         hi = min(lo + values, flat.size) if j else 0
-        body = quantize(flat[lo:hi], agreed[s], q) if j else b""
-        packet[s] = pack(Header(Kind.DATA, base.job, base.session, base.worker, nranks, s,
-                                hi - lo, exp, j, lo, j & 1), body)
+        HEADER.pack_into(views[s], 0, MAGIC, VERSION, Kind.DATA, j & 1, 0, job, session,
+                         worker, nranks, s, hi - lo, exp, j, lo)
+        if j:
+            _kernels.quantize_into(flat, lo, hi, agreed[s], q, packets[s])
+        size[s] = HEADER.size + 4 * (hi - lo)
         sent_at[s], again[s] = now, False
-        link.send(packet[s])
+        link.send(views[s][:size[s]])
         heapq.heappush(timers, (now + rto.value, s, j))
 
     now = time.monotonic()
@@ -155,7 +177,7 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
                 rto.backoff(now)
                 again[s] = True
                 link.stats.retransmits += 1
-                link.send(packet[s])
+                link.send(views[s][:size[s]])
                 heapq.heappush(timers, (now + rto.value, s, j))
         if now - progress > timeout:
             waiting = [s for s in range(k) if phase[s] <= last[s]]
@@ -166,12 +188,12 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
         got = link.recv(min(timers[0][0] if timers else now + 0.1, progress + timeout) - now)
         if got is None:
             continue
-        h, payload = got
+        h = got[0]
         now = time.monotonic()
-        if h.kind is Kind.REJECT and h.session == base.session:
+        if h.kind is Kind.REJECT and h.session == session:
             raise link.refused(h, f"DATA of slot {h.slot} phase {h.phase}")
-        if (h.kind is not Kind.RESULT or h.job != base.job or h.session != base.session
-                or h.worker != base.worker or h.slot >= k):
+        if (h.kind is not Kind.RESULT or h.job != job or h.session != session
+                or h.worker != worker or h.slot >= k):
             link.stats.malformed += 1
             continue
         s = h.slot
@@ -183,7 +205,7 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
             if h.offset != lo or h.count != min(values, flat.size - lo):
                 raise InaProtocolError(f"{link.who}: result for slot {s} phase {h.phase} "
                                        f"covers [{h.offset}, +{h.count}), expected [{lo}, ...)")
-            out[lo:lo + h.count] = dequantize(payload, agreed[s], q)
+            _kernels.dequantize_into(link.buf, h.count, agreed[s], q, out, lo)
         if not again[s]:
             rto.sample(now - sent_at[s])
         link.stats.results += 1
@@ -221,7 +243,7 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
     if not 1 <= slots <= 65535 or not 0 <= job <= 65535 or timeout <= 0:
         raise InaError(f"ina_allreduce rank {rank}: slots {slots} must be in [1, 65535], job "
                        f"{job} in [0, 65535] and timeout {timeout} positive")
-    flat = x.astype(np.float64).reshape(-1)
+    flat = np.ascontiguousarray(x).reshape(-1)
     if not np.isfinite(flat).all():
         raise InaError(f"ina_allreduce rank {rank}: the array holds inf or nan, which cannot "
                        "be quantized")
@@ -240,10 +262,11 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
             _stream(link, flat, out, joined, nranks, timeout, rto)
         elif fallback and comm is not None:
             stats.fell_back = True
-            out = comm.allreduce(flat, algo="ring")
+            out = comm.allreduce(flat.astype(np.float64), algo="ring")
         elif fallback:
             stats.fell_back = True
-            out = udp_ring_allreduce(flat, link.sock, unpack_peers(payload, joined.count),
+            peers = unpack_peers(payload, joined.count)
+            out = udp_ring_allreduce(flat.astype(np.float64), link.sock, peers,
                                      rank=rank, call=joined.session, timeout=timeout,
                                      faults=faults, stats=stats)
         leave = Header(Kind.LEAVE, job, joined.session, rank, nranks)

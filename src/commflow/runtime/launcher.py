@@ -26,6 +26,7 @@ from typing import BinaryIO
 from commflow.errors import CommflowError
 from commflow.runtime._supervisor import Supervisor
 from commflow.runtime.shm import remove_job
+from commflow.runtime.token import TOKEN_ENV, new_token
 
 GRACE = 5.0
 """Seconds the ranks get to exit after a forwarded signal, before SIGKILL."""
@@ -183,6 +184,7 @@ def rank_specs(
     common = {
         "COMMFLOW_WORLD_SIZE": str(nprocs * count),
         "COMMFLOW_JOB": job,
+        TOKEN_ENV: new_token(),
         "WORLD_SIZE": str(nprocs * count),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
@@ -243,7 +245,8 @@ def launch(
     OpenMP/torch code would otherwise each start a thread per core).
 
     Every rank gets ``COMMFLOW_RANK``, ``COMMFLOW_WORLD_SIZE``, ``COMMFLOW_LOCAL_RANK``,
-    ``COMMFLOW_LOCAL_SIZE``, ``COMMFLOW_JOB`` (``job``, default a fresh random id) and torchrun's
+    ``COMMFLOW_LOCAL_SIZE``, ``COMMFLOW_JOB`` (``job``, default a fresh random id),
+    ``COMMFLOW_SHM_TOKEN`` (a fresh random token in the job's segment names) and torchrun's
     ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
     ``MASTER_PORT`` (a free port), on top of this process's environment and ``env``; with
     ``hosts`` (``"h0:2,h1:2"`` or :class:`Host` values) also ``COMMFLOW_HOST`` and

@@ -51,13 +51,14 @@ class RoutedTransport:
     """
 
     def __init__(
-        self, wire: Wire, *, hosts: Sequence[int], shm: ShmTransport | None, delay: float = 0.0
+        self, wire: Wire, *, hosts: Sequence[int], shm: ShmTransport | None, delay: float = 0.0,
+        checksum: bool = False,
     ) -> None:
         self.hosts = list(hosts)
         self.here = self.hosts[wire.rank]
         self.shm = shm
         if shm is None:
-            self.engine = EngineTransport(wire, delay=delay)
+            self.engine = EngineTransport(wire, delay=delay, checksum=checksum)
             return
         host = shm.host
 
@@ -66,7 +67,8 @@ class RoutedTransport:
             host.abort(code, host.me, seq)
 
         self.engine = EngineTransport(
-            wire, delay=delay, wake=lambda: host.ring(host.me), on_failure=abort
+            wire, delay=delay, wake=lambda: host.ring(host.me), on_failure=abort,
+            checksum=checksum,
         )
 
     def endpoint(

@@ -4,12 +4,14 @@
 :func:`commflow.runtime.detect_world` reads (commflow's variables, and torchrun's so that
 ``torch.distributed`` code runs unchanged), prefixes every line they print with ``[rank N] ``,
 forwards SIGINT and SIGTERM to every rank, stops the job when one rank fails, and removes the
-job's shared memory afterwards. With ``hosts`` the ranks run on emulated hosts, the network
+job's shared memory afterwards (a reaper process, :mod:`commflow.runtime._reaper`, does it when
+the launcher itself is killed). With ``hosts`` the ranks run on emulated hosts, the network
 namespaces ``commflow-h<i>`` that ``commflow cluster up`` creates.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -184,7 +186,6 @@ def rank_specs(
     common = {
         "COMMFLOW_WORLD_SIZE": str(nprocs * count),
         "COMMFLOW_JOB": job,
-        TOKEN_ENV: new_token(),
         "WORLD_SIZE": str(nprocs * count),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
@@ -258,7 +259,8 @@ def launch(
     SIGINT and SIGTERM (when called from the main thread) are forwarded to every rank; when a
     rank exits non-zero or is killed, or after ``timeout`` seconds, the others get SIGTERM.
     Ranks still running ``grace`` seconds after a signal get SIGKILL (a second SIGINT: at once).
-    Finally the job's shared memory is removed.
+    Finally the job's shared memory is removed (by a reaper process should the launcher be
+    killed).
 
     Returns 0 when every rank exited 0; else the first failed rank's exit code (128 + signal
     number when it was killed), 128 + the signal number when the launcher was signalled, or 124
@@ -297,12 +299,14 @@ def launch(
         module=module,
         node=nodes,
     )
-    base = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **os.environ, **(env or {})}
+    base = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **os.environ, **(env or {}),
+            TOKEN_ENV: new_token()}
     runner = Supervisor(
         stdout=sys.stdout.buffer if stdout is None else stdout,
         stderr=sys.stderr.buffer if stderr is None else stderr,
         grace=grace,
     )
+    reaper = _start_reaper(job)
     previous: dict[int, object] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -310,7 +314,10 @@ def launch(
     try:
         for spec in specs:
             prefix = f"[rank {spec.rank}] ".encode() if prefix_output else b""
-            runner.start(spec.rank, spec.argv, {**base, **spec.env}, prefix)
+            pid = runner.start(spec.rank, spec.argv, {**base, **spec.env}, prefix)
+            with contextlib.suppress(OSError):  # a reaper killed by someone: go on without
+                reaper.stdin.write(f"{pid}\n".encode())
+                reaper.stdin.flush()
         return runner.wait(timeout)
     finally:
         runner.kill_all()
@@ -320,3 +327,17 @@ def launch(
         if removed:
             runner.note(f"removed shared memory left by job {job}: {', '.join(removed)}")
         runner.close()
+        with contextlib.suppress(OSError):
+            reaper.stdin.close()
+        reaper.wait()
+
+
+def _start_reaper(job: str) -> subprocess.Popen:
+    """The process that removes ``job``'s shared memory should this launcher die without
+    doing it (SIGKILL during init): :mod:`commflow.runtime._reaper`, in a session of its own,
+    fed the ranks' pids on its standard input."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(Path(__file__).with_name("_reaper.py")), job],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )

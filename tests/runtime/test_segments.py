@@ -16,6 +16,7 @@ import pytest
 import torch.distributed as dist
 
 from commflow.errors import CommflowError
+from commflow.runtime import token
 from commflow.runtime.shm import SharedRegion
 from commflow.runtime.token import TOKEN_ENV, shm_token
 
@@ -62,13 +63,18 @@ def test_ranks_across_hosts_agree_on_a_token_through_the_engine(place):  # noqa:
     assert names[2] == names[0].replace(".host0.", ".host1."), names
 
 
-def test_ranks_agree_on_a_token_through_a_torch_store():
+def test_ranks_agree_on_a_token_through_a_torch_store(monkeypatch):
     store = dist.HashStore()
-    first = shm_token(rank=0, job="j", env={}, source="torchrun", timeout=5, store=store)
-    second = shm_token(rank=1, job="j", env={}, source="torchrun", timeout=5, store=store)
-    assert re.fullmatch(r"[0-9a-f]{16}", first) and second == first
-    other = shm_token(rank=0, job="k", env={}, source="torchrun", timeout=5, store=store)
-    assert other != first
+
+    def as_rank(rank: int, job: str, rounds: dict) -> str:  # each rank counts its own inits
+        monkeypatch.setattr(token, "_ROUNDS", rounds)
+        return shm_token(rank=rank, job=job, env={}, source="torchrun", timeout=5, store=store)
+
+    counts: list[dict] = [{}, {}]
+    first = as_rank(0, "j", counts[0])
+    assert re.fullmatch(r"[0-9a-f]{16}", first) and as_rank(1, "j", counts[1]) == first
+    again = as_rank(0, "j", counts[0])  # a second world of the same job: a new token
+    assert again != first and as_rank(1, "j", counts[1]) == again
 
 
 def test_tokens_from_the_environment_are_checked_and_explicit_worlds_have_none():

@@ -103,7 +103,7 @@ class Straggler:
         """``"rank 2 spent 0.62 s outside collectives #4-#7, 95x the median 0.0065 s"``."""
         times = self.seconds / self.median if self.median > 0 else math.inf
         return (f"rank {self.rank} spent {self.seconds:.3g} s outside collectives "
-                f"#{self.first_seq}-#{self.last_seq}, {times:.3g}x the median "
+                f"#{self.first_seq}-#{self.last_seq}, {times:.1f}x the median "
                 f"{self.median:.3g} s")
 
     def as_json(self) -> dict:

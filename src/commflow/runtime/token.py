@@ -28,6 +28,9 @@ TOKEN_ENV = "COMMFLOW_SHM_TOKEN"
 """Environment variable carrying the token (set by ``commflow run``)."""
 
 _TOKEN_RE = re.compile(r"[0-9a-f]{16}")
+_ROUNDS: dict[str, int] = {}
+"""Tokens drawn per job in this process: each ``init`` of a job uses a store key of its own
+(every rank calls ``init`` as often), so a second world never reads the first one's token."""
 
 
 def new_token() -> str:
@@ -56,7 +59,9 @@ def shm_token(*, rank: int, job: str, env: Mapping[str, str], source: str, timeo
         return _checked(wire.allgather(new_token().encode())[0].decode(), "rank 0 (engine)")
     store = store if store is not None else _torch_store(env, timeout)
     if store is not None:
-        key = f"commflow/{job}/shm-token"
+        rounds = _ROUNDS[job] = _ROUNDS.get(job, -1) + 1
+        restart = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+        key = f"commflow/{job}/shm-token/{restart}/{rounds}"
         if rank == 0:
             store.set(key, new_token())
         return _checked(store.get(key).decode(), "rank 0 (store)")

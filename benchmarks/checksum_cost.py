@@ -56,6 +56,7 @@ def _rank(rank: int, job: str, engine: bool, port: int, sizes: list[int], batche
     transport = comm.transport.engine if engine else comm.transport
     for nbytes in sizes:
         x = np.ones(nbytes // 4, np.float32)
+        y = np.empty_like(x)
         times: dict[bool, list[float]] = {False: [], True: []}
         for batch in range(2 * batches):
             on = bool(batch % 2)
@@ -63,7 +64,7 @@ def _rank(rank: int, job: str, engine: bool, port: int, sizes: list[int], batche
             comm.barrier()
             t = time.perf_counter()
             for _ in range(CALLS):
-                comm.allreduce(x, algo="ring", out=x)
+                comm.allreduce(x, algo="ring", out=y)
             times[on].append((time.perf_counter() - t) / CALLS)
         if rank == 0:
             off, on = (float(np.median(times[k])) for k in (False, True))

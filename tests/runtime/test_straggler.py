@@ -14,6 +14,7 @@ import pytest
 from commflow.errors import CommflowError
 from commflow.runtime.doctor import diagnose, load_records
 from commflow.runtime.straggler import (
+    StragglerBoard,
     StragglerConfig,
     find,
     find_in_records,
@@ -90,6 +91,20 @@ def test_doctor_windows_need_every_rank():
     found = find_in_records({0: fast, 1: fast, 2: slow}, config)
     assert [(s.rank, s.first_seq, s.last_seq) for s in found] == [(2, 2, 3)]
     assert find_in_records({0: fast, 1: slow}, StragglerConfig(factor=0)) == []
+
+
+def test_the_board_compares_a_window_once_every_local_rank_posted_it():
+    lines = [np.zeros(8) for _ in range(3)]
+    config = StragglerConfig(window=2, min_seconds=0.1)
+    boards = [StragglerBoard(lines, me, 10 + me, config) for me in range(2)]
+    boards[0].post(0, 0.01)
+    boards[1].post(0, 2.0)
+    assert boards[0].compare(0) == []  # local rank 2 has not joined (its recorder is off)
+    StragglerBoard(lines, 2, 12, config).post(0, 0.02)
+    found = boards[0].compare(0)
+    assert [(s.rank, s.first_seq, s.last_seq, s.seconds) for s in found] == [(11, 0, 1, 2.0)]
+    assert found[0].median == pytest.approx(0.02)
+    assert boards[1].compare(1) == []  # nobody posted window 1 yet
 
 
 def test_settings_from_the_environment():

@@ -157,7 +157,8 @@ def find_in_records(calls_by_rank: Mapping[int, Mapping[int, tuple[float, float 
 
 class StragglerBoard:
     """This rank's view of the host's straggler lines: per local rank ``[global rank, window
-    (even), seconds (even), window (odd), seconds (odd)]`` as float64."""
+    (even), seconds (even), window (odd), seconds (odd), 1 once the rank takes part]`` as
+    float64 (a rank whose recorder is off never marks its line: nothing is compared then)."""
 
     def __init__(self, lines: list[np.ndarray], me: int, global_rank: int,
                  config: StragglerConfig) -> None:
@@ -166,6 +167,7 @@ class StragglerBoard:
         self.config = config
         lines[me][0] = global_rank
         lines[me][1] = lines[me][3] = -1.0
+        lines[me][5] = 1.0
 
     def post(self, window: int, seconds: float) -> None:
         """Publish this rank's time outside the collectives of ``window``."""
@@ -179,7 +181,7 @@ class StragglerBoard:
         slot = 1 + 2 * (window % 2)
         outside = {}
         for line in self.lines:
-            if line[slot] != window:
+            if line[5] != 1.0 or line[slot] != window:
                 return []
             outside[int(line[0])] = float(line[slot + 1])
         first = window * self.config.window

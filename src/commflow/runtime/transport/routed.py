@@ -47,7 +47,9 @@ class RoutedTransport:
     ``wire`` for the rest, holding each engine message ``delay`` seconds.
 
     ``hosts[g]`` is the host index of global rank ``g``. Engine completions ring this rank's
-    shared-memory doorbell, and an engine failure aborts the host's other ranks too.
+    shared-memory doorbell, and an engine failure aborts the host's other ranks too. With
+    ``checksum`` engine messages carry their payload's CRC-32 (the shared-memory transport
+    has its own setting).
     """
 
     def __init__(

@@ -9,7 +9,8 @@ from pathlib import Path
 
 HELPER = Path(__file__).with_name("gloo_exit_race.py")
 TRIALS = 10
-"""Jobs run: 20 survivors' exits (issue 15 saw 4 of 20 abort; the helper widens the window)."""
+"""Jobs run: 20 survivors' exits. Issue 15 saw 4 of 20 abort; the helper makes the race
+certain (without the fix one survivor of every job aborts: 3 of 6 exits in 3 jobs)."""
 
 
 def test_survivors_of_a_killed_peer_exit_with_their_error_not_sigabrt():

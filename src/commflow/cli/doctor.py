@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
 
 from commflow.cli._output import echo_json, out
 from commflow.runtime.doctor import Diagnosis, diagnose, load_records
+from commflow.runtime.straggler import StragglerConfig
 
 
 def doctor(
@@ -26,7 +28,10 @@ def doctor(
     The first line is the finding: a rank that never entered a collective
     the others started, ranks that called different collectives with the
     same sequence number, a missing record, or OK when every rank completed
-    the same collectives; then each rank's last collective. Exit status 0
+    the same collectives; then each rank's last collective, and stragglers:
+    ranks that spent COMMFLOW_STRAGGLER_FACTOR (3) times the median time
+    outside collectives over a window of COMMFLOW_STRAGGLER_WINDOW (100)
+    collectives (warnings: they do not change the status). Exit status 0
     when consistent, 1 when a problem is found, 2 for unreadable or
     malformed files.
 
@@ -35,7 +40,7 @@ def doctor(
       commflow doctor /tmp/commflow-run-1234
       commflow doctor dumps/flight-rank*.json --json
     """
-    findings = diagnose(load_records(dumps))
+    findings = diagnose(load_records(dumps), stragglers=StragglerConfig.from_env(os.environ))
     if as_json:
         echo_json([_as_json(d) for d in findings])
     else:
@@ -63,6 +68,8 @@ def _show(finding: Diagnosis) -> None:
     for row in rows:  # plain columns: a long path is printed whole, never cut
         out.print(f"{row[0]:>{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:<{widths[2]}}  "
                   f"{row[3]:<{widths[3]}}  {row[4]}", markup=False)
+    for straggler in finding.stragglers:
+        out.print(f"straggler: {straggler.describe()}", markup=False)
 
 
 def _as_json(finding: Diagnosis) -> dict:
@@ -72,6 +79,7 @@ def _as_json(finding: Diagnosis) -> dict:
         "seq": finding.seq,
         "culprits": list(finding.culprits),
         "message": finding.message,
+        "stragglers": [s.as_json() for s in finding.stragglers],
         "job": finding.job,
         "comm_id": finding.comm_id,
         "nranks": finding.nranks,

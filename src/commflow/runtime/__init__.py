@@ -20,6 +20,7 @@ from commflow.runtime.init import DEFAULT_TIMEOUT, init
 from commflow.runtime.ops import OPS, dtype_of
 from commflow.runtime.programs import names as algorithm_names
 from commflow.runtime.programs import use_tuning_table
+from commflow.runtime.straggler import Straggler, StragglerConfig
 from commflow.runtime.world import WorldSpec, detect_world
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "FlightRecordError",
     "FlightRecorder",
     "Handle",
+    "Straggler",
+    "StragglerConfig",
     "WorldSpec",
     "algorithm_names",
     "detect_world",

@@ -116,8 +116,9 @@ class Supervisor:
         with contextlib.suppress(BlockingIOError):
             os.write(self._wake_w, bytes([signum]))
 
-    def start(self, rank: int, argv: Sequence[str], env: Mapping[str, str], prefix: bytes) -> None:
-        """Start ``rank`` in a process group of its own, its output prefixed with ``prefix``.
+    def start(self, rank: int, argv: Sequence[str], env: Mapping[str, str], prefix: bytes) -> int:
+        """Start ``rank`` in a process group of its own, its output prefixed with ``prefix``;
+        returns its process id.
 
         Raises ``CommflowError`` when the command cannot be executed."""
         try:
@@ -143,6 +144,7 @@ class Supervisor:
             os.set_blocking(pipe.fileno(), False)
             self._pipes[pipe] = LinePrefixer(prefix, sink)
             self._sel.register(pipe, selectors.EVENT_READ, self._on_output)
+        return proc.pid
 
     def wait(self, timeout: float | None) -> int:
         """Run until every rank has exited; stop them all after ``timeout`` seconds. Returns the

@@ -13,17 +13,21 @@ compared by sequence number, as PyTorch's flight-recorder analyser does, in this
 4. a last collective that every rank entered alike but not every rank completed:
    ``incomplete`` (no rank out of step: a stalled or dead process, or the transport);
 5. otherwise ``consistent``.
+
+Independently of that, the ranks' times outside collectives are compared window by window:
+stragglers (:mod:`commflow.runtime.straggler`) are listed with any finding.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from commflow.runtime.errors import FlightRecordError
 from commflow.runtime.flight import FORMAT, SCHEDULED, STATES, VERSION
+from commflow.runtime.straggler import Straggler, StragglerConfig, calls_of, find_in_records
 
 _FIELDS = ("op", "dtype", "nbytes", "reduce", "root")
 
@@ -123,6 +127,8 @@ class Diagnosis:
     """One sentence naming them, the collective and what the others did."""
     records: tuple[FlightRecord, ...]
     """The records read, by rank."""
+    stragglers: tuple[Straggler, ...] = ()
+    """Ranks (of the communicator) slower than the others over a window of collectives."""
 
     @property
     def ok(self) -> bool:
@@ -229,10 +235,11 @@ def load_records(paths: Iterable[str | Path]) -> list[FlightRecord]:
 
 
 # -- analysis -----------------------------------------------------------------------------
-def diagnose(records: Sequence[FlightRecord]) -> list[Diagnosis]:
-    """One :class:`Diagnosis` per communicator among ``records`` (see the module docstring).
-    Raises ``FlightRecordError`` when two records claim the same rank or disagree on the
-    communicator's size."""
+def diagnose(records: Sequence[FlightRecord], *,
+             stragglers: StragglerConfig = StragglerConfig()) -> list[Diagnosis]:
+    """One :class:`Diagnosis` per communicator among ``records`` (see the module docstring),
+    with the stragglers that ``stragglers`` defines. Raises ``FlightRecordError`` when two
+    records claim the same rank or disagree on the communicator's size."""
     groups: dict[tuple[str, int], dict[int, FlightRecord]] = {}
     for record in records:
         group = groups.setdefault((record.job, record.comm_id), {})
@@ -246,7 +253,13 @@ def diagnose(records: Sequence[FlightRecord]) -> list[Diagnosis]:
                                     f"{record.nranks} ranks here but "
                                     f"{next(iter(group.values())).nranks} in another record")
         group[record.rank] = record
-    return [_diagnose(dict(sorted(g.items()))) for _, g in sorted(groups.items())]
+    found = []
+    for _, group in sorted(groups.items()):
+        by_rank = dict(sorted(group.items()))
+        slow = find_in_records({r: calls_of(rec.entries) for r, rec in by_rank.items()},
+                               stragglers)
+        found.append(replace(_diagnose(by_rank), stragglers=tuple(slow)))
+    return found
 
 
 def _diagnose(by_rank: dict[int, FlightRecord]) -> Diagnosis:

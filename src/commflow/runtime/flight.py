@@ -18,6 +18,7 @@ The files are JSON (:data:`FORMAT`, version :data:`VERSION`); nothing is pickled
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import tempfile
@@ -32,6 +33,7 @@ import numpy as np
 
 from commflow.errors import CommflowError
 from commflow.runtime._futex import futex_wait, futex_wake
+from commflow.runtime.straggler import StragglerBoard, StragglerConfig
 
 FORMAT = "commflow-flight-record"
 """The ``format`` field of every dump."""
@@ -58,6 +60,9 @@ class FlightConfig:
     """Operations kept (the oldest are overwritten); 0 turns the recorder off."""
     dump_dir: Path
     """Where failures write their records."""
+    stragglers: StragglerConfig = StragglerConfig()
+    """Straggler detection (:mod:`commflow.runtime.straggler`); it runs on the recorder and
+    needs a window shorter than ``capacity``."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.capacity, int) or not 0 <= self.capacity <= MAX_CAPACITY:
@@ -78,7 +83,8 @@ class FlightConfig:
             raise CommflowError(f"COMMFLOW_FLIGHT_RECORDER={text!r}: give the number of "
                                 f"operations to keep, 0 (off) to {MAX_CAPACITY}, e.g. 256")
         where = env.get("COMMFLOW_DUMP_DIR") or Path(tempfile.gettempdir()) / f"commflow-{job}"
-        return cls(capacity=capacity, dump_dir=Path(where))
+        return cls(capacity=capacity, dump_dir=Path(where),
+                   stragglers=StragglerConfig.from_env(env))
 
 
 class _Record:
@@ -141,6 +147,13 @@ class FlightRecorder:
         marked ``late`` in dumps (they began after that rank gave up)."""
         self.next_seq = 0
         """One past the last collective's sequence number recorded (written in dumps)."""
+        self.board: StragglerBoard | None = None
+        """Where this rank posts its straggler windows (``None``: no detection)."""
+        self.window = 0
+        self.window_end: float = math.inf
+        """Sequence number of the collective that closes the current straggler window."""
+        self.stragglers: list[dict] = []
+        """Stragglers found on this host while running (written in dumps)."""
 
     def record(self, seq: int, op: str, dtype, nbytes: int, *, reduce: str | None,
                root: int | None, peer: int | None, algo, started: bool) -> _Record:
@@ -181,6 +194,18 @@ class FlightRecorder:
         r.state = COMPLETED
         r.t_end = _monotonic()
         self._active = None
+        if r.seq >= self.window_end and r.peer is None:
+            self._close_window()
+
+    def _close_window(self) -> None:
+        """The end of a straggler window: post this rank's time outside its collectives."""
+        size = self.board.config.window
+        first = self.window * size
+        calls = {r.seq: (r.t_scheduled, r.t_end) for r in self._ring
+                 if r.state == COMPLETED and r.peer is None and first - 1 <= r.seq < first + size}
+        self.board.close_window(self.window, calls, self.stragglers)
+        self.window += 1
+        self.window_end = (self.window + 1) * size - 1
 
     def fail_active(self) -> None:
         """Mark the operation in progress (if any) failed."""
@@ -205,6 +230,7 @@ class FlightRecorder:
             "next_seq": self.next_seq,
             "trigger": trigger,
             "failed_peer": self.failed_peer,
+            "stragglers": list(self.stragglers),
             "dumped_at": round(time.time(), 6),
             "entries": [r.as_json(wall, self.failed_at) for r in order if r.state],
         }
@@ -291,13 +317,19 @@ def request_dumps(word: np.ndarray, address: int, global_rank: int) -> None:
 def attach(config: FlightConfig, *, meta: dict, host) -> FlightRecorder | None:
     """A recorder per ``config`` (``None`` when it is off), watched for dump requests on
     ``host`` (a :class:`~commflow.runtime.transport.shm_host.ShmHost`, or ``None`` for a rank
-    alone on its host)."""
+    alone on its host), and for the world communicator (``comm_id`` 0) comparing straggler
+    windows with the host's other ranks."""
     if not config.capacity:
         return None
     recorder = FlightRecorder(config.capacity, dump_dir=config.dump_dir, meta=meta)
     _LIVE.add(recorder)
     if host is not None:
         DumpWatcher(host.dump_word, host.dump_address, recorder)
+        straggle = config.stragglers
+        if meta["comm_id"] == 0 and straggle.enabled and straggle.window < config.capacity:
+            recorder.board = StragglerBoard(host.straggler_lines, host.me, meta["global_rank"],
+                                            straggle)
+            recorder.window_end = straggle.window - 1
     return recorder
 
 

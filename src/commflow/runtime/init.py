@@ -9,7 +9,9 @@ from dataclasses import replace
 from commflow.errors import CommflowError
 from commflow.runtime.cluster import link_delay
 from commflow.runtime.communicator import Communicator, check_timeout
+from commflow.runtime.protocol import checksum_from_env
 from commflow.runtime.shm import SharedRegion, segment_name
+from commflow.runtime.token import shm_token
 from commflow.runtime.transport.engine import open_wire
 from commflow.runtime.transport.routed import RoutedTransport, host_indices, host_key
 from commflow.runtime.transport.shm import ShmHost, ShmLayout, ShmTransport
@@ -35,19 +37,21 @@ def shm_layout(nlocal: int) -> ShmLayout:
 
 
 def _shm_transport(
-    job: str, local_rank: int, ranks: list[int], suffix: str, timeout: float
+    job: str, local_rank: int, ranks: list[int], suffix: str, timeout: float, checksum: bool,
+    token: str,
 ) -> ShmTransport:
     """Shared memory among ``ranks`` (global ranks of this host, in local order) through the
-    segment ``commflow.<job>.<suffix>``, which local rank 0 creates."""
+    segment ``commflow.<job>.<suffix>.<token>`` (``commflow.<job>.<suffix>`` without a token,
+    see :mod:`commflow.runtime.token`), which local rank 0 creates."""
     layout = shm_layout(len(ranks))
-    name = segment_name(job, suffix)
+    name = segment_name(job, f"{suffix}.{token}" if token else suffix)
     if local_rank == 0:
         region = SharedRegion.create(name, layout.total)
     else:
         region = SharedRegion.attach(name, layout.total, timeout)
     host = ShmHost(region, layout, local_rank)
     host.attach(timeout)
-    return ShmTransport(host, ranks)
+    return ShmTransport(host, ranks, checksum=checksum)
 
 
 def init(
@@ -59,13 +63,16 @@ def init(
     job: str | None = None,
     timeout: float | None = None,
     store=None,
+    checksum: bool | None = None,
 ) -> Communicator:
     """Join the job and return the world communicator.
 
     With no arguments the world comes from the environment (``commflow run``, torchrun or
     mpirun); otherwise pass ``rank`` and ``world_size`` (and ``job``, a token shared by the
     ranks). ``timeout`` (s) bounds every blocking wait: by default ``COMMFLOW_TIMEOUT`` from the
-    environment, else :data:`DEFAULT_TIMEOUT` (300 s).
+    environment, else :data:`DEFAULT_TIMEOUT` (300 s). ``checksum`` makes every message carry
+    its payload's CRC-32, checked on receipt (a corrupted one raises ``CommProtocolError``;
+    by default ``COMMFLOW_CHECKSUM=1`` in the environment turns it on; every rank must agree).
 
     When the local size is below the world size or ``COMMFLOW_HOST`` is set, ranks may sit on
     several hosts: they connect through an engine (``COMMFLOW_ENGINE``: ``gloo``, the default,
@@ -77,6 +84,7 @@ def init(
     arrive within ``timeout``.
     """
     timeout = default_timeout(os.environ) if timeout is None else check_timeout(timeout, "init")
+    checksum = checksum_from_env(os.environ) if checksum is None else bool(checksum)
     if rank is None and world_size is None:
         spec = detect_world()
     elif rank is None or world_size is None:
@@ -91,9 +99,12 @@ def init(
             source="explicit",
         )
     if spec.local_size != spec.size or "COMMFLOW_HOST" in os.environ:
-        return _join_hosts(spec, os.environ, timeout=timeout, store=store)
+        return _join_hosts(spec, os.environ, timeout=timeout, store=store, checksum=checksum)
     bind_to_cpus(spec.local_rank, spec.local_size, os.environ)
-    transport = _shm_transport(spec.job, spec.local_rank, list(range(spec.size)), "host0", timeout)
+    token = shm_token(rank=spec.rank, job=spec.job, env=os.environ, source=spec.source,
+                      timeout=timeout, store=store)
+    transport = _shm_transport(spec.job, spec.local_rank, list(range(spec.size)), "host0",
+                               timeout, checksum, token)
     return Communicator(spec, transport, timeout=timeout)
 
 
@@ -127,10 +138,11 @@ def bind_to_cpus(local_rank: int, local_size: int, env: Mapping[str, str]) -> tu
 
 
 def _join_hosts(
-    spec: WorldSpec, env: Mapping[str, str], *, timeout: float, store=None
+    spec: WorldSpec, env: Mapping[str, str], *, timeout: float, store=None,
+    checksum: bool = False,
 ) -> Communicator:
     """Join a job whose ranks may sit on several hosts (see :func:`init`): after the host
-    keys are exchanged, each host's ranks share the segment ``commflow.<job>.host<i>`` and
+    keys are exchanged, each host's ranks share the segment ``commflow.<job>.host<i>.<token>`` and
     messages between hosts are held :func:`~commflow.runtime.cluster.link_delay` seconds. One
     host's ranks only get the plain shared-memory transport."""
     engine = env.get("COMMFLOW_ENGINE") or ("mpi" if spec.source == "mpi" else "gloo")
@@ -139,13 +151,17 @@ def _join_hosts(
         store=store,
     )
     hosts = host_indices(wire.allgather(host_key(env)))
+    token = shm_token(rank=spec.rank, job=spec.job, env=env, source=spec.source,
+                      timeout=timeout, wire=wire)
     here = hosts[spec.rank]
     ranks = [r for r, h in enumerate(hosts) if h == here]
     spec = replace(spec, local_rank=ranks.index(spec.rank), local_size=len(ranks))
     shm = None
     if len(ranks) > 1 or len(ranks) == spec.size:
-        shm = _shm_transport(spec.job, spec.local_rank, ranks, f"host{here}", timeout)
+        shm = _shm_transport(spec.job, spec.local_rank, ranks, f"host{here}", timeout, checksum,
+                             token)
     if len(ranks) == spec.size:
         return Communicator(spec, shm, timeout=timeout)
-    transport = RoutedTransport(wire, hosts=hosts, shm=shm, delay=link_delay(env))
+    transport = RoutedTransport(wire, hosts=hosts, shm=shm, delay=link_delay(env),
+                                checksum=checksum)
     return Communicator(spec, transport, timeout=timeout)

@@ -4,12 +4,14 @@
 :func:`commflow.runtime.detect_world` reads (commflow's variables, and torchrun's so that
 ``torch.distributed`` code runs unchanged), prefixes every line they print with ``[rank N] ``,
 forwards SIGINT and SIGTERM to every rank, stops the job when one rank fails, and removes the
-job's shared memory afterwards. With ``hosts`` the ranks run on emulated hosts, the network
+job's shared memory afterwards (a reaper process, :mod:`commflow.runtime._reaper`, does it when
+the launcher itself is killed). With ``hosts`` the ranks run on emulated hosts, the network
 namespaces ``commflow-h<i>`` that ``commflow cluster up`` creates.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -27,6 +29,7 @@ from typing import BinaryIO
 from commflow.errors import CommflowError
 from commflow.runtime._supervisor import Supervisor
 from commflow.runtime.shm import remove_job
+from commflow.runtime.token import TOKEN_ENV, new_token
 
 GRACE = 5.0
 """Seconds the ranks get to exit after a forwarded signal, before SIGKILL."""
@@ -246,7 +249,8 @@ def launch(
     OpenMP/torch code would otherwise each start a thread per core).
 
     Every rank gets ``COMMFLOW_RANK``, ``COMMFLOW_WORLD_SIZE``, ``COMMFLOW_LOCAL_RANK``,
-    ``COMMFLOW_LOCAL_SIZE``, ``COMMFLOW_JOB`` (``job``, default a fresh random id) and torchrun's
+    ``COMMFLOW_LOCAL_SIZE``, ``COMMFLOW_JOB`` (``job``, default a fresh random id),
+    ``COMMFLOW_SHM_TOKEN`` (a fresh random token in the job's segment names) and torchrun's
     ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
     ``MASTER_PORT`` (a free port), on top of this process's environment and ``env``; with
     ``hosts`` (``"h0:2,h1:2"`` or :class:`Host` values) also ``COMMFLOW_HOST`` and
@@ -258,7 +262,8 @@ def launch(
     SIGINT and SIGTERM (when called from the main thread) are forwarded to every rank; when a
     rank exits non-zero or is killed, or after ``timeout`` seconds, the others get SIGTERM.
     Ranks still running ``grace`` seconds after a signal get SIGKILL (a second SIGINT: at once).
-    Finally the job's shared memory is removed.
+    Finally the job's shared memory is removed (by a reaper process should the launcher be
+    killed).
 
     With ``max_restarts`` N (torchelastic's ``--max-restarts``), a job stopped by a failed rank
     is started again, every rank anew, up to N times; each rank reads the attempt number in
@@ -305,6 +310,7 @@ def launch(
         master_addr = "127.0.0.1"
     base = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **os.environ, **(env or {})}
     current: list[Supervisor] = []
+    reaper = _start_reaper(job)
     signalled: list[int] = []
 
     def forward(signum: int, frame: object) -> None:
@@ -337,7 +343,8 @@ def launch(
             try:
                 left = timeout if deadline is None or not attempt else max(
                     1e-3, deadline - time.monotonic())
-                status = _attempt(runner, specs, {**base, **restarts}, job, prefix_output, left)
+                env_now = {**base, **restarts, TOKEN_ENV: new_token()}
+                status = _attempt(runner, reaper, specs, env_now, job, prefix_output, left)
                 if status == 0 or runner.failed_rank is None or not max_restarts or signalled:
                     return status
                 if attempt == max_restarts:
@@ -351,19 +358,37 @@ def launch(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        with contextlib.suppress(OSError):
+            reaper.stdin.close()
+        reaper.wait()
 
 
-def _attempt(runner: Supervisor, specs: list[RankSpec], base: Mapping[str, str], job: str,
-             prefix_output: bool, timeout: float | None) -> int:
-    """Run the ranks of ``specs`` once under ``runner``; returns the exit status once the
-    ranks are gone and the job's shared memory is removed."""
+def _attempt(runner: Supervisor, reaper: subprocess.Popen, specs: list[RankSpec],
+             base: Mapping[str, str], job: str, prefix_output: bool,
+             timeout: float | None) -> int:
+    """Run the ranks of ``specs`` once under ``runner`` (telling ``reaper`` their pids);
+    returns the exit status once the ranks are gone and the job's shared memory is removed."""
     try:
         for spec in specs:
             prefix = f"[rank {spec.rank}] ".encode() if prefix_output else b""
-            runner.start(spec.rank, spec.argv, {**base, **spec.env}, prefix)
+            pid = runner.start(spec.rank, spec.argv, {**base, **spec.env}, prefix)
+            with contextlib.suppress(OSError):  # a reaper killed by someone: go on without
+                reaper.stdin.write(f"{pid}\n".encode())
+                reaper.stdin.flush()
         return runner.wait(timeout)
     finally:
         runner.kill_all()
         removed = remove_job(job)
         if removed:
             runner.note(f"removed shared memory left by job {job}: {', '.join(removed)}")
+
+
+def _start_reaper(job: str) -> subprocess.Popen:
+    """The process that removes ``job``'s shared memory should this launcher die without
+    doing it (SIGKILL during init): :mod:`commflow.runtime._reaper`, in a session of its own,
+    fed the ranks' pids on its standard input."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(Path(__file__).with_name("_reaper.py")), job],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )

@@ -4,11 +4,13 @@ collective call. Nothing is pickled; every received header is validated before u
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
+from commflow.errors import CommflowError
 from commflow.runtime.errors import CommMismatchError, CommProtocolError
 
 MAGIC = 0xC0FF10E5
@@ -20,14 +22,21 @@ HEADER = np.dtype([
     ("channel", "<u4"), ("nbytes", "<u4"),
     ("offset", "<u8"), ("total", "<u8"),
     ("source", "<u4"), ("comm", "<u4"),
-    ("reserved", "<u8"),
+    ("checksum", "<u8"),
 ])
-"""Fragment header: 64 bytes, little-endian."""
+"""Fragment header: 64 bytes, little-endian. ``checksum`` is 0, or :data:`CHECKSUMMED` plus
+the CRC-32 of the fragment's payload when the sender computes checksums."""
 
 HEADER_BYTES = HEADER.itemsize
 assert HEADER_BYTES == 64
 
 KIND_DATA = 1
+
+CHECKSUMMED = 1 << 32
+"""Set in a header's ``checksum`` field when it carries the payload's CRC-32."""
+
+CHECKSUM_ENV = "COMMFLOW_CHECKSUM"
+"""Environment variable turning per-message checksums on (``1``) for every transport."""
 
 
 @dataclass(frozen=True)
@@ -56,12 +65,57 @@ class Signature:
 
 
 def make_header(view: np.ndarray, *, seq: int, signature: int, comm: int, channel: int,
-                nbytes: int, offset: int, total: int, source: int) -> None:
-    """Fill the 64-byte ``view`` (uint8) with a data-fragment header."""
+                nbytes: int, offset: int, total: int, source: int, checksum: int = 0) -> None:
+    """Fill the 64-byte ``view`` (uint8) with a data-fragment header (``checksum``: 0, or
+    :func:`payload_checksum` of the payload)."""
     h = view.view(HEADER)[0]
     h["magic"], h["version"], h["kind"] = MAGIC, VERSION, KIND_DATA
     h["seq"], h["signature"], h["comm"], h["channel"] = seq, signature, comm, channel
     h["nbytes"], h["offset"], h["total"], h["source"] = nbytes, offset, total, source
+    h["checksum"] = checksum
+
+
+def checksum_from_env(env: Mapping[str, str]) -> bool:
+    """Whether ``COMMFLOW_CHECKSUM`` in ``env`` turns checksums on (``1``/``true``/``yes``;
+    unset, ``0``, ``false``, ``no``: off). Raises ``CommflowError`` on another value."""
+    text = env.get(CHECKSUM_ENV, "0").strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    raise CommflowError(f"{CHECKSUM_ENV}={env[CHECKSUM_ENV]!r}: use 1 (on) or 0 (off)")
+
+
+def payload_checksum(payload: np.ndarray) -> int:
+    """The ``checksum`` header field for ``payload`` (contiguous bytes): its CRC-32 with
+    :data:`CHECKSUMMED` set."""
+    return zlib.crc32(payload) | CHECKSUMMED
+
+
+def check_payload(header: np.void, payload: np.ndarray, *, required: bool, what: str,
+                  peer: int, transport: str) -> None:
+    """Verify a received fragment's payload against its header's checksum, if it carries one.
+
+    ``what`` names the operation and this rank (``"allreduce #3 on rank 0"``), ``peer`` the
+    sender. Raises ``CommProtocolError`` when the payload does not match (corrupted in
+    transit), and ``CommMismatchError`` when ``required`` (this rank checks) but the sender
+    sent none (it runs without checksums)."""
+    field = int(header["checksum"])
+    if not field & CHECKSUMMED:
+        if required:
+            raise CommMismatchError(
+                f"{what}: the message from rank {peer} carries no checksum, but this rank "
+                f"checks them: set {CHECKSUM_ENV}=1 (or init(checksum=True)) on every rank")
+        return
+    got = zlib.crc32(payload)
+    if got != field & 0xFFFF_FFFF:
+        offset = int(header["offset"])
+        raise CommProtocolError(
+            f"{what}: the message from rank {peer} ({transport}; bytes {offset}.."
+            f"{offset + len(payload)} of {int(header['total'])}) fails its checksum (CRC-32 "
+            f"0x{got:08x}, sent 0x{field & 0xFFFF_FFFF:08x}): the payload was corrupted in "
+            f"transit, so the operation stops rather than return a wrong result; rerun, and if "
+            f"it repeats check the host's memory (ECC errors in dmesg) or the network link")
 
 
 def check_header(header: np.void, *, where: str, capacity: int, source: int) -> None:

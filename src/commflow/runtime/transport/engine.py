@@ -39,8 +39,10 @@ from commflow.runtime.protocol import (
     HEADER_BYTES,
     Signature,
     check_header,
+    check_payload,
     check_signature,
     make_header,
+    payload_checksum,
 )
 from commflow.runtime.transport.shm import _byte_spans
 
@@ -134,7 +136,8 @@ class EngineTransport:
 
     ``wake`` is called (from engine threads) whenever a request completes, e.g. to ring a
     shared-memory doorbell; ``on_failure(error, seq)`` runs before an error is raised, e.g. to
-    abort the host's other ranks.
+    abort the host's other ranks. With ``checksum`` every fragment carries its payload's
+    CRC-32, verified on receipt (``COMMFLOW_CHECKSUM``).
     """
 
     SPIN_ROUNDS = 200
@@ -147,12 +150,14 @@ class EngineTransport:
         delay: float = 0.0,
         wake: Callable[[], None] | None = None,
         on_failure: Callable[[CommError, int], None] | None = None,
+        checksum: bool = False,
     ) -> None:
         if not (delay >= 0 and math.isfinite(delay)):
             raise CommflowError(f"injected delay must be >= 0 seconds, got {delay!r}")
         self.wire = wire
         self.rank = wire.rank
         self.delay = delay
+        self.checksum = checksum
         self.held: deque[_EngineSend] = deque()
         self.spare: list[np.ndarray] = []
         self.woken = threading.Event()
@@ -280,6 +285,10 @@ class _EngineSend:
         self.inflight = deque()
         for offset, n in _fragments(self.total):
             buf = np.empty(HEADER_BYTES + n, np.uint8)
+            pos = HEADER_BYTES
+            for view in _byte_spans(self.parts, offset, n):
+                buf[pos : pos + len(view)] = view
+                pos += len(view)
             make_header(
                 buf[:HEADER_BYTES],
                 seq=e.seq,
@@ -290,11 +299,8 @@ class _EngineSend:
                 offset=offset,
                 total=self.total,
                 source=e.t.rank,
+                checksum=payload_checksum(buf[HEADER_BYTES:]) if e.t.checksum else 0,
             )
-            pos = HEADER_BYTES
-            for view in _byte_spans(self.parts, offset, n):
-                buf[pos : pos + len(view)] = view
-                pos += len(view)
             request = e.guarded(self.peer, True, lambda b=buf: e.t.wire.isend(b, self.peer, tag))
             self.inflight.append((request, buf))
         self.parts = []
@@ -343,7 +349,8 @@ class _EngineRecv:
         e.t.pump()
         while self.posted and e.guarded(self.peer, False, self.posted[0][0].done):
             _, buf, offset, n = self.posted.popleft()
-            self.validate(buf[:HEADER_BYTES].view(HEADER)[0], offset, n)
+            self.validate(buf[:HEADER_BYTES].view(HEADER)[0], offset, n,
+                          buf[HEADER_BYTES : HEADER_BYTES + n])
             if n:
                 self.sink(
                     offset // e.dtype.itemsize, buf[HEADER_BYTES : HEADER_BYTES + n].view(e.dtype)
@@ -352,8 +359,9 @@ class _EngineRecv:
             self.refill()
         return not self.posted
 
-    def validate(self, header: np.void, offset: int, n: int) -> None:
-        """Check a received fragment's header against what this receive expects."""
+    def validate(self, header: np.void, offset: int, n: int, payload: np.ndarray) -> None:
+        """Check a received fragment's header against what this receive expects, and its
+        ``payload`` against the header's checksum."""
         e = self.e
         where = e.where(self.peer, e.t.rank)
         try:
@@ -372,5 +380,9 @@ class _EngineRecv:
                     f"{int(header['total'])} bytes ({int(header['nbytes'])} at "
                     f"{int(header['offset'])}): the ranks run different programs"
                 )
+            if e.t.checksum or header["checksum"]:
+                check_payload(header, payload, required=e.t.checksum, peer=self.peer,
+                              what=f"{e.signature.collective} #{e.seq} on rank {e.t.rank}",
+                              transport="engine")
         except CommError as err:
             raise e.t.fail(err, e.seq) from None

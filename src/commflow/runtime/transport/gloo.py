@@ -5,15 +5,28 @@ process group is left alone) whose rendezvous goes through a TCPStore at
 Gloo's send/recv work objects report completion only from a blocking ``wait()``, so each
 ``(peer, direction, tag)`` lane has a thread that waits on its requests in order (gloo keeps
 each lane in order) and signals every completion; the engine never blocks on gloo itself.
+
+Exit: a lane thread still blocked in gloo's ``wait()`` when the interpreter finalizes (a
+request that can no longer complete after a peer died) would be ended by the interpreter,
+from inside gloo's C++ frames, as soon as that wait returns (another peer exiting closes the
+connection), and that aborts the whole process (SIGABRT, "terminate called without an active
+exception") instead of letting it exit with its own error. Nothing in gloo cancels a pending
+wait (neither ``abort()``, ``shutdown()`` nor destroying the group), so an exit hook
+(:func:`_exit_if_blocked`) ends such a process with ``os._exit`` after flushing the standard
+streams: status 1 after an uncaught exception (its traceback already printed), else 0. Exit
+handlers registered before this module was imported do not run then.
 """
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
 import queue
 import socket
+import sys
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 
@@ -49,17 +62,45 @@ class _Lane:
     def __init__(self, name: str, notify: Callable[[], None]) -> None:
         self.requests: queue.SimpleQueue[GlooRequest] = queue.SimpleQueue()
         self.notify = notify
+        self.waiting = False
+        """True while the thread is (about to be) inside gloo's ``wait()``."""
         threading.Thread(target=self.run, name=name, daemon=True).start()
+
+    def blocked(self) -> bool:
+        """Whether the thread is in, or has requests to take into, gloo's ``wait()``."""
+        return self.waiting or not self.requests.empty()
 
     def run(self) -> None:
         while True:
             request = self.requests.get()
+            self.waiting = True
             try:
                 request.work.wait(_LONG)
             except Exception as err:  # a failed request; the lane serves the next one
                 request.error = str(err).splitlines()[0]
+            self.waiting = False
             request.finished = True
             self.notify()
+
+
+_WIRES: weakref.WeakSet[GlooWire] = weakref.WeakSet()
+"""Every open gloo wire of this process, for :func:`_exit_if_blocked`."""
+
+
+def _exit_if_blocked() -> None:
+    """At interpreter exit: when a lane thread is blocked in gloo's ``wait()``, end the
+    process now (see the module docstring) rather than let finalization abort it."""
+    if not any(lane.blocked() for wire in list(_WIRES) for lane in list(wire.lanes.values())):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            continue
+    os._exit(1 if getattr(sys, "last_value", None) is not None else 0)
+
+
+atexit.register(_exit_if_blocked)
 
 
 class GlooWire:
@@ -75,6 +116,7 @@ class GlooWire:
         self.lanes: dict[tuple[int, bool, int], _Lane] = {}
         self.gathers = 0
         self.on_complete: Callable[[], None] = lambda: None
+        _WIRES.add(self)
 
     @classmethod
     def connect(

@@ -47,17 +47,20 @@ class RoutedTransport:
     ``wire`` for the rest, holding each engine message ``delay`` seconds.
 
     ``hosts[g]`` is the host index of global rank ``g``. Engine completions ring this rank's
-    shared-memory doorbell, and an engine failure aborts the host's other ranks too.
+    shared-memory doorbell, and an engine failure aborts the host's other ranks too. With
+    ``checksum`` engine messages carry their payload's CRC-32 (the shared-memory transport
+    has its own setting).
     """
 
     def __init__(
-        self, wire: Wire, *, hosts: Sequence[int], shm: ShmTransport | None, delay: float = 0.0
+        self, wire: Wire, *, hosts: Sequence[int], shm: ShmTransport | None, delay: float = 0.0,
+        checksum: bool = False,
     ) -> None:
         self.hosts = list(hosts)
         self.here = self.hosts[wire.rank]
         self.shm = shm
         if shm is None:
-            self.engine = EngineTransport(wire, delay=delay)
+            self.engine = EngineTransport(wire, delay=delay, checksum=checksum)
             return
         host = shm.host
 
@@ -66,7 +69,8 @@ class RoutedTransport:
             host.abort(code, host.me, seq)
 
         self.engine = EngineTransport(
-            wire, delay=delay, wake=lambda: host.ring(host.me), on_failure=abort
+            wire, delay=delay, wake=lambda: host.ring(host.me), on_failure=abort,
+            checksum=checksum,
         )
 
     def endpoint(

@@ -11,13 +11,15 @@ from collections import deque
 
 import numpy as np
 
-from commflow.runtime.errors import CommAbortedError, CommMismatchError
+from commflow.runtime.errors import CommAbortedError, CommMismatchError, CommProtocolError
 from commflow.runtime.protocol import (
     HEADER_BYTES,
     Signature,
     check_header,
+    check_payload,
     check_signature,
     make_header,
+    payload_checksum,
 )
 from commflow.runtime.transport.shm_host import ShmHost, ShmLayout
 
@@ -29,13 +31,16 @@ class ShmTransport:
 
     ``ranks`` lists the global rank of each local rank. Fragments that arrive for a channel
     other than the one receiving are set aside (copied) until their channel asks for them.
+    With ``checksum`` every fragment carries its payload's CRC-32, verified on receipt
+    (``COMMFLOW_CHECKSUM``; see :func:`commflow.runtime.protocol.check_payload`).
     """
 
     SPIN_ROUNDS = 200
     YIELD_AFTER = 50
 
-    def __init__(self, host: ShmHost, ranks: list[int]) -> None:
+    def __init__(self, host: ShmHost, ranks: list[int], *, checksum: bool = False) -> None:
         self.host = host
+        self.checksum = checksum
         self.ranks = ranks
         self.local = {g: i for i, g in enumerate(ranks)}
         self.stash: dict[tuple[int, int], deque] = {}
@@ -234,9 +239,11 @@ class _ShmSend:
             for view in _byte_spans(self.parts, self.offset, n):
                 slot[pos:pos + len(view)] = view
                 pos += len(view)
+            checksum = payload_checksum(slot[HEADER_BYTES:pos]) if self.e.t.checksum else 0
             make_header(slot[:HEADER_BYTES], seq=self.e.seq, signature=self.e.digest,
                         comm=self.e.comm, channel=self.channel, nbytes=n,
-                        offset=self.offset, total=self.total, source=self.e.t.ranks[host.me])
+                        offset=self.offset, total=self.total, source=self.e.t.ranks[host.me],
+                        checksum=checksum)
             host.publish(self.peer)
             self.offset += n
             if self.offset >= self.total:
@@ -271,8 +278,15 @@ class _ShmRecv:
                         f"a {self.total}-byte message at offset {self.offset}, got "
                         f"{int(header['total'])} bytes at {int(header['offset'])}: the ranks run "
                         f"different programs")
+                if t.checksum or header["checksum"]:
+                    check_payload(header, payload, required=t.checksum, peer=t.ranks[self.peer],
+                                  what=f"{self.e.signature.collective} #{self.e.seq} on rank "
+                                       f"{t.ranks[t.host.me]}", transport="shared memory")
             except CommMismatchError:
                 t.host.abort(ABORT_MISMATCH, t.host.me, self.e.seq)
+                raise
+            except CommProtocolError:
+                t.host.abort(ABORT_ERROR, t.host.me, self.e.seq)
                 raise
             if len(payload):
                 self.sink(self.offset // itemsize, payload.view(self.e.dtype))

@@ -2,7 +2,7 @@
 every ordered pair of local ranks (a head counter written only by the producer, a tail
 counter written only by the consumer; x86-TSO store order makes a published header's payload
 visible), the doorbells (futex words peers set after publishing or freeing a slot), the abort
-word and the fast paths' staging areas."""
+word, the fast paths' staging areas and the straggler lines."""
 
 from __future__ import annotations
 
@@ -61,9 +61,14 @@ class ShmLayout:
         return self.stage_offset + self.nlocal * self.stage_bytes
 
     @property
+    def straggler_offset(self) -> int:
+        """Start of the per-rank straggler lines (:mod:`commflow.runtime.straggler`)."""
+        return self.flags_offset + self.nlocal * LINE
+
+    @property
     def total(self) -> int:
         """Segment size in bytes."""
-        return self.flags_offset + self.nlocal * LINE
+        return self.straggler_offset + self.nlocal * LINE
 
 
 class ShmHost:
@@ -105,6 +110,9 @@ class ShmHost:
                                    layout.stage_bytes) for r in range(n)]
         self.flags = [region.array(np.int64, layout.flags_offset + r * LINE, LINE // 8)
                       for r in range(n)]
+        self.straggler_lines = [
+            region.array(np.float64, layout.straggler_offset + r * LINE, LINE // 8)
+            for r in range(n)]
 
     def attach(self, timeout: float) -> None:
         """Announce this rank and wait until every local rank has attached; the creator then

@@ -4,7 +4,8 @@ Simulating every collective on thousands of ranks per plan would make a search s
 group is reduced to its *shape*: ``k`` ranks in each of ``b`` boxes, on a small topology with
 the cluster's real link bandwidths and latencies (one NVSwitch port per GPU inside a box, one
 NIC per GPU to a non-blocking network switch across boxes). For each (collective, shape) each
-applicable algorithm of :data:`CANDIDATES` is ranked by :func:`commflow.tune.rank`
+applicable algorithm of :data:`CANDIDATES` (and, for groups spanning boxes, NCCL's rail rings:
+:func:`rail_orders`) is ranked by :func:`commflow.tune.rank`
 (alpha-beta model) and the fastest, simulated at two sizes, is kept as a line
 ``time = a + size / bw`` (the alpha-beta simulation is affine in size, so the fit
 reproduces it to rounding; tests check a third size). Where the cluster's switches
@@ -20,10 +21,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from commflow import tune
-from commflow.algorithms import build_for
+from commflow.algorithms import build_for, multi_ring
+from commflow.collectives import Collective
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.sim import simulate
 from commflow.topology import Link, Node, NodeKind, Topology, duplex, make_topology
+
+_RINGED = {"allreduce": Collective.ALLREDUCE, "allgather": Collective.ALLGATHER,
+           "reducescatter": Collective.REDUCESCATTER}
 
 SIM_MAX_RANKS = 32
 """Largest group simulated directly; larger groups are extrapolated (see module doc)."""
@@ -125,6 +130,14 @@ def shape_topology(per_box: int, boxes: int, links: ClusterLinks) -> Topology:
     return make_topology(f"group{per_box}x{boxes}", nodes, edges)
 
 
+def rail_orders(per_box: int, boxes: int) -> list[list[int]]:
+    """NCCL's channels on a group of ``per_box`` ranks in each of ``boxes`` boxes, each rank
+    with its own NIC: ring ``c`` enters every box at local rank ``c`` and leaves it from local
+    rank ``c - 1``, so the ``per_box`` rings together use every NIC once each way."""
+    return [[b * per_box + (c + j) % per_box for b in range(boxes) for j in range(per_box)]
+            for c in range(per_box)]
+
+
 @dataclass(frozen=True)
 class CollectiveLine:
     """A collective's time as ``latency + size / bandwidth`` for one group shape."""
@@ -161,6 +174,10 @@ def collective_line(
             found.append(tune.Candidate(name, build_for(collective, name, topo)))
         except AlgorithmError:
             continue
+    if per_box > 1 and sim_boxes > 1 and collective in _RINGED:
+        orders = rail_orders(per_box, sim_boxes)
+        found.append(tune.Candidate("multi_ring", multi_ring.generate(
+            _RINGED[collective], per_box * sim_boxes, orders=orders)))
     for ranked in tune.rank(found, topo, FIT_SIZES[1]):  # fastest first
         t1, t2 = simulate(ranked.program, topo, FIT_SIZES[0]).time, ranked.seconds
         slope = (t2 - t1) / (FIT_SIZES[1] - FIT_SIZES[0])

@@ -67,29 +67,47 @@ class ClusterLinks:
 
 
 def cluster_links(topology: Topology, *, in_network: bool = False) -> ClusterLinks:
-    """Summarize ``topology`` (box size, per-GPU intra-box and network bandwidth of box 0);
-    ``in_network``: its switches aggregate.
+    """Summarize ``topology``: box size and, per GPU, the intra-box and network bandwidth of its
+    slowest box (a collective spanning boxes runs at the pace of the slowest); ``in_network``:
+    its switches aggregate.
 
-    Raises ``CommflowError`` when the boxes differ in size."""
+    A box's network bandwidth follows the actual path out of it: each NIC carries the smaller
+    of what its GPUs send into it and what it sends on (NIC to switch or to another box); links
+    from a GPU straight into another box count as they are. Raises ``CommflowError`` when the
+    boxes differ in size."""
     boxes = topology.nboxes
     if topology.nranks % boxes:
         raise CommflowError(f"topology {topology.name}: boxes of unequal size are not supported")
     per_box = topology.nranks // boxes
-    kinds = {n.id: n for n in topology.nodes}
-    intra, net, intra_lat, net_lat = 0.0, 0.0, 0.0, 0.0
-    for rank in range(per_box):
-        for link in topology.out_links(rank):
-            dst = kinds[link.dst]
-            if dst.kind is NodeKind.NIC or dst.box != kinds[rank].box:
-                net += link.bandwidth
-                hops = topology.out_links(dst.id) if dst.kind is NodeKind.NIC else [link]
-                net_lat = max(net_lat, *(hop.latency for hop in hops))
-            else:
-                intra += link.bandwidth
-                intra_lat = max(intra_lat, link.latency)
+    nodes = topology.nodes
+    members: dict[int, list[int]] = {}
+    for rank in range(topology.nranks):
+        members.setdefault(topology.box_of(rank), []).append(rank)
+    intra, net, intra_lat, net_lat = math.inf, math.inf, 0.0, 0.0
+    for ranks in members.values():
+        box_intra, box_net = 0.0, 0.0
+        into_nic: dict[int, float] = {}
+        for rank in ranks:
+            for link in topology.out_links(rank):
+                dst = nodes[link.dst]
+                if dst.kind is NodeKind.NIC:
+                    into_nic[dst.id] = into_nic.get(dst.id, 0.0) + link.bandwidth
+                    hops = topology.out_links(dst.id)
+                    net_lat = max(net_lat, link.latency, *(hop.latency for hop in hops))
+                elif dst.box != nodes[rank].box:
+                    box_net += link.bandwidth
+                    net_lat = max(net_lat, link.latency)
+                else:
+                    box_intra += link.bandwidth
+                    intra_lat = max(intra_lat, link.latency)
+        for nic, inflow in into_nic.items():
+            onward = sum(hop.bandwidth for hop in topology.out_links(nic)
+                         if nodes[hop.dst].kind is not NodeKind.RANK
+                         or nodes[hop.dst].box != nodes[nic].box)
+            box_net += min(inflow, onward)
+        intra, net = min(intra, box_intra / per_box), min(net, box_net / per_box)
     return ClusterLinks(
-        topology.nranks, per_box, intra / per_box, net / per_box, intra_lat, net_lat or intra_lat,
-        in_network,
+        topology.nranks, per_box, intra, net, intra_lat, net_lat or intra_lat, in_network,
     )
 
 

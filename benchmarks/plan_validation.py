@@ -4,7 +4,7 @@ the held-out rows.
 Usage::
 
     python benchmarks/plan_validation.py          # the table of docs/planner.md
-    python benchmarks/plan_validation.py --fit    # refit the constants on the fit rows (SciPy)
+    python benchmarks/plan_validation.py --fit    # refit the constants on the fit rows
 
 Each row is one run of ``src/commflow/plan/data/published_runs.json`` (its source, table and
 row are in the file): the published metric as seconds per step, the planner's step time, and
@@ -72,7 +72,7 @@ def refit() -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fit", action="store_true", help="refit the constants (needs SciPy)")
+    parser.add_argument("--fit", action="store_true", help="refit the constants (minutes)")
     args = parser.parse_args()
     if args.fit:
         print("\n".join(refit()))

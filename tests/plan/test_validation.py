@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import re
 import runpy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from commflow.plan import Plan
-from commflow.plan.validation import CLASSES, PublishedRun, load_runs, sources, validate
+from commflow.plan.compute import CALIBRATIONS
+from commflow.plan.validation import (
+    CLASSES,
+    PublishedRun,
+    fit_calibration,
+    load_runs,
+    log_errors,
+    sources,
+    validate,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = runpy.run_path(str(ROOT / "benchmarks" / "plan_validation.py"))
@@ -63,3 +73,13 @@ def test_docs_table_is_what_the_script_prints(rows):
     assert block is not None
     header = f"# {len(sources())} sources; table: src/commflow/plan/data/published_runs.json"
     assert block.group(1).rstrip("\n").splitlines() == [header, *SCRIPT["report"](rows)]
+
+
+def test_fit_calibration_lowers_the_error_of_its_rows():
+    runs = [r for r in load_runs("fit") if r.id in ("dgxc-gpt3-175b-bf16-128",
+                                                     "dgxc-llama3.1-8b-bf16-8")]
+    start = replace(CALIBRATIONS[("h100", "bf16")], gemm_efficiency=0.5)
+    before = sum(e * e for e in log_errors(runs, start))
+    fitted = fit_calibration(runs, start, evaluations=6)
+    assert sum(e * e for e in log_errors(runs, fitted)) < before / 4
+    assert 0.2 <= fitted.gemm_efficiency <= 1.0

@@ -199,8 +199,8 @@ def fit_calibration(runs: list[PublishedRun], start: Calibration,
                     evaluations: int = 60) -> Calibration:
     """Constants (:data:`FIT_FIELDS`) minimizing the summed squared log error of ``runs`` (all
     of one :func:`calibration_key`), from ``start``: bounded least squares (SciPy, soft-L1
-    loss so one odd run does not pull the rest), at most ``evaluations`` passes over ``runs``.
-    Needs SciPy (``pip install scipy``)."""
+    loss so one odd run does not pull the rest), at most ``evaluations`` passes over
+    ``runs``."""
     from scipy.optimize import least_squares
 
     x0 = [start.gemm_efficiency, math.log10(start.gemm_half_flops),

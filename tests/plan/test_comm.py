@@ -15,7 +15,7 @@ from commflow.plan.comm import (
     shape_topology,
 )
 from commflow.sim import simulate
-from commflow.topology import load
+from commflow.topology import Node, NodeKind, Topology, duplex, load, make_topology
 
 A100 = cluster_links(load("dgx-a100x4"))
 
@@ -66,3 +66,34 @@ def test_extrapolated_large_group_follows_the_ring_law():
 def test_p2p_inside_and_across_boxes():
     assert p2p_time(1e9, 1, A100) == pytest.approx(2e-6 + 1e9 / 300e9)
     assert p2p_time(1e9, 8, A100) == pytest.approx(10e-6 + 1e9 / 25e9)
+
+
+def _two_boxes(nic_up: tuple[float, float], intra: tuple[float, float], shared: bool) -> Topology:
+    """2 boxes x 2 ranks: an NVSwitch per box (``intra`` per port), NICs (one per rank, or
+    one shared per box) at 50 GB/s from the ranks and ``nic_up`` to one network switch."""
+    nodes = [Node(r, NodeKind.RANK, f"r{r}", r // 2) for r in range(4)]
+    edges = []
+    for box in (0, 1):
+        sw = len(nodes)
+        nodes.append(Node(sw, NodeKind.SWITCH, f"nvs{box}", box))
+        for r in (2 * box, 2 * box + 1):
+            edges += duplex(r, sw, intra[box], 1e-6)
+    net = len(nodes)
+    nodes.append(Node(net, NodeKind.SWITCH, "net", None))
+    for box in (0, 1):
+        for r in ((2 * box,) if shared else (2 * box, 2 * box + 1)):
+            nic = len(nodes)
+            nodes.append(Node(nic, NodeKind.NIC, f"nic{r}", box))
+            for member in ((2 * box, 2 * box + 1) if shared else (r,)):
+                edges += duplex(member, nic, 50e9, 1e-6)
+            edges += duplex(nic, net, nic_up[box], 5e-6)
+    return make_topology("hetero", nodes, edges)
+
+
+def test_cluster_links_take_the_slowest_box_and_link_on_the_path():
+    links = cluster_links(_two_boxes((50e9, 10e9), (300e9, 100e9), shared=False))
+    assert links.intra_bandwidth == 100e9  # box 1's NVSwitch ports
+    assert links.network_bandwidth == 10e9  # box 1's NIC uplinks, not the 50 GB/s rank->NIC
+    assert links.network_latency == 5e-6
+    shared = cluster_links(_two_boxes((50e9, 50e9), (300e9, 300e9), shared=True))
+    assert shared.network_bandwidth == 25e9  # one 50 GB/s NIC for two GPUs

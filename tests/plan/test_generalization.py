@@ -1,7 +1,7 @@
-"""Generalization with the Table 1 constants kept fixed: sequence parallelism + selective
-recompute (Korthikanti et al. 2022). docs/planner.md reports these predictions; the planner
-underestimates that newer software stack by 8-23% MFU (relative). This test pins the
-documented band so a model change that moves it shows up."""
+"""Sequence parallelism + selective recompute (Korthikanti et al. 2022) with the A100 bf16
+constants (``CALIBRATIONS``; the 22B and 530B rows are fit rows of the validation, the 175B
+and 1T rows held out). This test pins the predictions so a model change that moves them shows
+up, and keeps them within 10% of the published MFU."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ GPT_22B = TransformerSpec(name="gpt-22b", hidden=6144, layers=48, heads=64, voca
 
 # model, tp, pp, GPUs (= global batch, dp = 1), published MFU %, documented prediction %
 KORTHIKANTI = [
-    (GPT_22B, 8, 1, 8, 4, 41.5, 31.8),
-    ("gpt3-175b", 8, 8, 64, 64, 51.4, 45.1),
-    ("megatron-530b", 8, 35, 280, 280, 56.0, 50.5),
-    ("megatron-1t", 8, 64, 512, 512, 56.3, 51.9),
+    (GPT_22B, 8, 1, 8, 4, 41.5, 41.6),
+    ("gpt3-175b", 8, 8, 64, 64, 51.4, 51.9),
+    ("megatron-530b", 8, 35, 280, 280, 56.0, 55.0),
+    ("megatron-1t", 8, 64, 512, 512, 56.3, 55.9),
 ]
 
 
@@ -31,7 +31,7 @@ def test_sequence_parallel_selective_recompute(row):
     )
     result = evaluate(model, "dgx-a100", plan)
     assert 100 * result.mfu == pytest.approx(documented, abs=0.05)
-    assert 0.75 * published < 100 * result.mfu < published
+    assert 100 * result.mfu == pytest.approx(published, rel=0.10)
     full = evaluate(
         model,
         "dgx-a100",

@@ -95,3 +95,23 @@ def test_formula_is_exact_for_uniform_1f1b():
 def test_unknown_schedule():
     with pytest.raises(CommflowError, match="schedule"):
         simulate_schedule("chimera", uniform(2, 1, 1, 1, 1), 2, 0.0)
+
+
+def test_1f1b_sends_block_the_sender_and_interleaved_overlaps_them():
+    p2p = 0.25
+    run = simulate_schedule("1f1b", uniform(3, 1, 1.0, 2.0, 0.0), 6, p2p)
+    for stage in range(3):
+        ops = sorted((op for op in run.intervals if op.stage == stage), key=lambda op: op.start)
+        for op, nxt in zip(ops, ops[1:], strict=False):
+            sends = op.kind == "F" and stage < 2 or op.kind == "B" and stage > 0
+            if sends:
+                assert nxt.start >= op.end + p2p - 1e-12
+    assert run.stage_busy == simulate_schedule("1f1b", uniform(3, 1, 1.0, 2.0, 0.0), 6,
+                                               0.0).stage_busy
+    # interleaved: a stage's next op may start right after a send (no wait for it)
+    inter = simulate_schedule("interleaved", uniform(2, 2, 1.0, 2.0, 0.0), 4, p2p)
+    gaps = []
+    for stage in range(2):
+        ops = sorted((op for op in inter.intervals if op.stage == stage), key=lambda op: op.start)
+        gaps += [nxt.start - op.end for op, nxt in zip(ops, ops[1:], strict=False)]
+    assert min(gaps) == pytest.approx(0.0)

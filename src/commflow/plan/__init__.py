@@ -5,7 +5,8 @@ modelled cluster, and search for the best plan.
 Communication is simulated with commflow's collective algorithms on the cluster's topology
 (:mod:`commflow.plan.comm`); compute follows a roofline with one calibrated efficiency curve
 (:mod:`commflow.plan.compute`); the pipeline is an event-driven schedule simulation
-(:mod:`commflow.plan.pipeline`). See docs/planner.md.
+(:mod:`commflow.plan.pipeline`); :mod:`commflow.plan.validation` compares it with published
+training runs. See docs/planner.md.
 
 >>> from commflow.plan import Plan, evaluate
 >>> plan = Plan(tp=8, pp=1, dp=2, mb=1, global_batch=16, sp=True, recompute="selective")
@@ -14,7 +15,7 @@ Communication is simulated with commflow's collective algorithms on the cluster'
 (True, 1.0)
 """
 
-from commflow.plan.compute import CALIBRATION, Calibration
+from commflow.plan.compute import CALIBRATION, CALIBRATIONS, Calibration, calibration_for
 from commflow.plan.evaluate import Evaluation, evaluate, resolve_cluster
 from commflow.plan.hardware import ACCELERATORS, Accelerator, get_accelerator
 from commflow.plan.hfconfig import from_hf_config
@@ -23,10 +24,12 @@ from commflow.plan.models import MODELS, LatentAttention, TransformerSpec, get_m
 from commflow.plan.parallel import Plan, check_plan, parse_plan
 from commflow.plan.pipeline import OpTimes, PipelineRun, simulate_schedule
 from commflow.plan.search import SearchSpace, search
+from commflow.plan.validation import PublishedRun, Validated, load_runs, summarize, validate
 
 __all__ = [
     "ACCELERATORS",
     "CALIBRATION",
+    "CALIBRATIONS",
     "MODELS",
     "Accelerator",
     "Calibration",
@@ -36,16 +39,22 @@ __all__ = [
     "OpTimes",
     "PipelineRun",
     "Plan",
+    "PublishedRun",
     "SearchSpace",
     "TransformerSpec",
+    "Validated",
+    "calibration_for",
     "check_plan",
     "evaluate",
     "from_hf_config",
     "get_accelerator",
     "get_model",
+    "load_runs",
     "memory_per_gpu",
     "parse_plan",
     "resolve_cluster",
     "search",
     "simulate_schedule",
+    "summarize",
+    "validate",
 ]

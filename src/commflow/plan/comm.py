@@ -4,7 +4,8 @@ Simulating every collective on thousands of ranks per plan would make a search s
 group is reduced to its *shape*: ``k`` ranks in each of ``b`` boxes, on a small topology with
 the cluster's real link bandwidths and latencies (one NVSwitch port per GPU inside a box, one
 NIC per GPU to a non-blocking network switch across boxes). For each (collective, shape) each
-applicable algorithm of :data:`CANDIDATES` is ranked by :func:`commflow.tune.rank`
+applicable algorithm of :data:`CANDIDATES` (and, for groups spanning boxes, NCCL's rail rings:
+:func:`rail_orders`) is ranked by :func:`commflow.tune.rank`
 (alpha-beta model) and the fastest, simulated at two sizes, is kept as a line
 ``time = a + size / bw`` (the alpha-beta simulation is affine in size, so the fit
 reproduces it to rounding; tests check a third size). Where the cluster's switches
@@ -20,10 +21,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from commflow import tune
-from commflow.algorithms import build_for
+from commflow.algorithms import build_for, multi_ring
+from commflow.collectives import Collective
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.sim import simulate
 from commflow.topology import Link, Node, NodeKind, Topology, duplex, make_topology
+
+_RINGED = {"allreduce": Collective.ALLREDUCE, "allgather": Collective.ALLGATHER,
+           "reducescatter": Collective.REDUCESCATTER}
 
 SIM_MAX_RANKS = 32
 """Largest group simulated directly; larger groups are extrapolated (see module doc)."""
@@ -62,29 +67,47 @@ class ClusterLinks:
 
 
 def cluster_links(topology: Topology, *, in_network: bool = False) -> ClusterLinks:
-    """Summarize ``topology`` (box size, per-GPU intra-box and network bandwidth of box 0);
-    ``in_network``: its switches aggregate.
+    """Summarize ``topology``: box size and, per GPU, the intra-box and network bandwidth of its
+    slowest box (a collective spanning boxes runs at the pace of the slowest); ``in_network``:
+    its switches aggregate.
 
-    Raises ``CommflowError`` when the boxes differ in size."""
+    A box's network bandwidth follows the actual path out of it: each NIC carries the smaller
+    of what its GPUs send into it and what it sends on (NIC to switch or to another box); links
+    from a GPU straight into another box count as they are. Raises ``CommflowError`` when the
+    boxes differ in size."""
     boxes = topology.nboxes
     if topology.nranks % boxes:
         raise CommflowError(f"topology {topology.name}: boxes of unequal size are not supported")
     per_box = topology.nranks // boxes
-    kinds = {n.id: n for n in topology.nodes}
-    intra, net, intra_lat, net_lat = 0.0, 0.0, 0.0, 0.0
-    for rank in range(per_box):
-        for link in topology.out_links(rank):
-            dst = kinds[link.dst]
-            if dst.kind is NodeKind.NIC or dst.box != kinds[rank].box:
-                net += link.bandwidth
-                hops = topology.out_links(dst.id) if dst.kind is NodeKind.NIC else [link]
-                net_lat = max(net_lat, *(hop.latency for hop in hops))
-            else:
-                intra += link.bandwidth
-                intra_lat = max(intra_lat, link.latency)
+    nodes = topology.nodes
+    members: dict[int, list[int]] = {}
+    for rank in range(topology.nranks):
+        members.setdefault(topology.box_of(rank), []).append(rank)
+    intra, net, intra_lat, net_lat = math.inf, math.inf, 0.0, 0.0
+    for ranks in members.values():
+        box_intra, box_net = 0.0, 0.0
+        into_nic: dict[int, float] = {}
+        for rank in ranks:
+            for link in topology.out_links(rank):
+                dst = nodes[link.dst]
+                if dst.kind is NodeKind.NIC:
+                    into_nic[dst.id] = into_nic.get(dst.id, 0.0) + link.bandwidth
+                    hops = topology.out_links(dst.id)
+                    net_lat = max(net_lat, link.latency, *(hop.latency for hop in hops))
+                elif dst.box != nodes[rank].box:
+                    box_net += link.bandwidth
+                    net_lat = max(net_lat, link.latency)
+                else:
+                    box_intra += link.bandwidth
+                    intra_lat = max(intra_lat, link.latency)
+        for nic, inflow in into_nic.items():
+            onward = sum(hop.bandwidth for hop in topology.out_links(nic)
+                         if nodes[hop.dst].kind is not NodeKind.RANK
+                         or nodes[hop.dst].box != nodes[nic].box)
+            box_net += min(inflow, onward)
+        intra, net = min(intra, box_intra / per_box), min(net, box_net / per_box)
     return ClusterLinks(
-        topology.nranks, per_box, intra / per_box, net / per_box, intra_lat, net_lat or intra_lat,
-        in_network,
+        topology.nranks, per_box, intra, net, intra_lat, net_lat or intra_lat, in_network,
     )
 
 
@@ -125,6 +148,14 @@ def shape_topology(per_box: int, boxes: int, links: ClusterLinks) -> Topology:
     return make_topology(f"group{per_box}x{boxes}", nodes, edges)
 
 
+def rail_orders(per_box: int, boxes: int) -> list[list[int]]:
+    """NCCL's channels on a group of ``per_box`` ranks in each of ``boxes`` boxes, each rank
+    with its own NIC: ring ``c`` enters every box at local rank ``c`` and leaves it from local
+    rank ``c - 1``, so the ``per_box`` rings together use every NIC once each way."""
+    return [[b * per_box + (c + j) % per_box for b in range(boxes) for j in range(per_box)]
+            for c in range(per_box)]
+
+
 @dataclass(frozen=True)
 class CollectiveLine:
     """A collective's time as ``latency + size / bandwidth`` for one group shape."""
@@ -161,6 +192,10 @@ def collective_line(
             found.append(tune.Candidate(name, build_for(collective, name, topo)))
         except AlgorithmError:
             continue
+    if per_box > 1 and sim_boxes > 1 and collective in _RINGED:
+        orders = rail_orders(per_box, sim_boxes)
+        found.append(tune.Candidate("multi_ring", multi_ring.generate(
+            _RINGED[collective], per_box * sim_boxes, orders=orders)))
     for ranked in tune.rank(found, topo, FIT_SIZES[1]):  # fastest first
         t1, t2 = simulate(ranked.program, topo, FIT_SIZES[0]).time, ranked.seconds
         slope = (t2 - t1) / (FIT_SIZES[1] - FIT_SIZES[0])

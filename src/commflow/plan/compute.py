@@ -1,19 +1,21 @@
 """Compute time of one transformer layer on one GPU: FLOPs and bytes per op (GEMMs,
-attention, elementwise), a roofline, and an efficiency curve calibrated once.
+attention, elementwise), a roofline, and efficiency curves calibrated per accelerator and
+precision.
 
 A GEMM of ``f`` FLOPs runs at ``peak * e_max * f / (f + f_half)`` (small GEMMs fill the GPU
-poorly); the attention core (``QK^T``, ``AV``) at ``attention_efficiency`` times that;
-elementwise ops (norms, softmax, dropout, GeLU, residuals) move ``elementwise_passes`` times
-the activation bytes of Korthikanti et al. (2022) through HBM. Each op takes the longer of its
-FLOP time and its byte time (roofline). Constants: :data:`CALIBRATION`, fitted once on
-Megatron-LM SC'21 Table 1 (docs/planner.md).
+poorly); a MoE layer's routed experts run as one grouped GEMM, and moving the routed tokens
+(router, permutation, combine) costs ``moe_passes`` HBM passes over them; the attention core
+(``QK^T``, ``AV``) runs at ``attention_efficiency`` times a GEMM of its FLOPs at the 16-bit
+peak (attention kernels do not run in fp8); elementwise ops (norms, softmax, dropout, GeLU,
+residuals) move ``elementwise_passes`` times the 16-bit activation bytes of Korthikanti et al.
+(2022) through HBM. Constants: :data:`CALIBRATIONS` (docs/planner.md, "Validation").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commflow.plan.hardware import PRECISION_BYTES, Accelerator
+from commflow.plan.hardware import Accelerator
 from commflow.plan.models import TransformerSpec
 from commflow.plan.parallel import Plan
 
@@ -32,6 +34,13 @@ class Calibration:
     """HBM traffic of elementwise ops, in multiples of the stored activation bytes."""
     step_overhead: float
     """Fixed per-step time (optimizer launch, data loading, logging), seconds."""
+    moe_passes: float = 2.0
+    """HBM passes over the routed tokens' 16-bit hidden vectors (``top_k`` per token) in a MoE
+    layer's forward pass: router, permutation, unpermutation and combine (backward twice)."""
+    flash_attention: bool = False
+    """Fused attention kernels (FlashAttention-2/3, cuDNN): the ``5as/h`` score bytes never
+    reach HBM and the causal mask skips half of ``QK^T`` and ``AV``. ``False``: the scores are
+    materialized and masked after a full product (Megatron-LM 2021)."""
 
 
 CALIBRATION = Calibration(
@@ -41,7 +50,36 @@ CALIBRATION = Calibration(
     elementwise_passes=1.5,
     step_overhead=0.05,
 )
-"""Constants fitted on Megatron-LM SC'21 Table 1 (A100); kept fixed everywhere else."""
+"""Constants fitted on Megatron-LM SC'21 Table 1 (A100, fp16, Megatron 2021); the default for
+accelerators and precisions without a calibration of their own."""
+
+def _fitted(e_max: float, half: float, attention: float, passes: float,
+            moe: float) -> Calibration:
+    return Calibration(gemm_efficiency=e_max, gemm_half_flops=half, attention_efficiency=attention,
+                       elementwise_passes=passes, step_overhead=0.05, moe_passes=moe,
+                       flash_attention=True)
+
+
+CALIBRATIONS: dict[tuple[str, str], Calibration] = {
+    ("a100", "fp16"): CALIBRATION,
+    ("a100", "bf16"): _fitted(0.750, 8.14e9, 0.417, 7.25, 2.0),
+    ("a100-40gb", "bf16"): _fitted(0.601, 3.76e10, 0.238, 2.06, 2.0),
+    ("h100", "bf16"): _fitted(0.636, 3.49e10, 0.614, 0.25, 17.9),
+    ("h100", "fp8"): _fitted(0.548, 4.32e10, 0.880, 3.09, 95.7),
+}
+"""Constants per (accelerator family, precision), fitted on the ``fit`` rows of the published
+runs (:mod:`commflow.plan.validation`; ``benchmarks/plan_validation.py --fit``)."""
+
+_FAMILIES = (("a100-40gb", "a100-40gb"), ("a100", "a100"), ("h100", "h100"), ("h200", "h100"))
+"""Accelerator name prefixes and the calibration family they share (H200: H100's chip; the
+40 GB A100, with HBM2 and other runs, has its own)."""
+
+
+def calibration_for(gpu: Accelerator, precision: str) -> Calibration:
+    """The constants of ``gpu`` in ``precision`` (:data:`CALIBRATIONS`), else
+    :data:`CALIBRATION`."""
+    family = next((f for prefix, f in _FAMILIES if gpu.name.startswith(prefix)), gpu.name)
+    return CALIBRATIONS.get((family, precision), CALIBRATION)
 
 
 @dataclass(frozen=True)
@@ -94,17 +132,30 @@ def activation_bytes(model: TransformerSpec, plan: Plan) -> tuple[float, float]:
     return linear, scores
 
 
+def attention_peak(gpu: Accelerator, plan: Plan) -> float:
+    """Peak FLOP/s the attention core runs against: the 16-bit one (fp8 training keeps
+    attention in bf16, as Transformer Engine does)."""
+    return gpu.peak("bf16" if plan.precision == "fp8" else plan.precision)
+
+
 def layer_times(
     model: TransformerSpec, plan: Plan, gpu: Accelerator, cal: Calibration = CALIBRATION
 ) -> LayerTimes:
     """Compute time of one layer (no communication) for one micro-batch on one GPU."""
     peak = gpu.peak(plan.precision)
-    scale = PRECISION_BYTES[plan.precision] / 2
     gemms = sum(gemm_time(f, peak, cal) for f in layer_gemm_flops(model, plan))
-    attn = gemm_time(attention_flops(model, plan), peak * cal.attention_efficiency, cal)
+    causal = 0.5 if cal.flash_attention else 1.0
+    attn = gemm_time(causal * attention_flops(model, plan), attention_peak(gpu, plan) *
+                     cal.attention_efficiency, cal)
     linear, scores = activation_bytes(model, plan)
+    if cal.flash_attention:
+        scores = 0.0
     bandwidth = gpu.hbm_bandwidth / cal.elementwise_passes
-    elem_linear, elem_scores = linear * scale / bandwidth, scores * scale / bandwidth
+    elem_linear, elem_scores = linear / bandwidth, scores / bandwidth
+    if model.experts > 1:  # router, permute, unpermute, combine: top_k copies of each token
+        routed = plan.mb * model.seq / plan.cp * model.top_k * model.hidden * 2
+        share = model.moe_layers / model.layers
+        elem_linear += share * cal.moe_passes * routed / gpu.hbm_bandwidth
     forward = gemms + attn + elem_linear + elem_scores
     recompute = {"none": 0.0, "selective": attn + elem_scores, "full": forward}[plan.recompute]
     return LayerTimes(

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 
 from commflow.errors import CommflowError
 from commflow.plan.comm import ClusterLinks, cluster_links, collective_time, p2p_time
-from commflow.plan.compute import CALIBRATION, Calibration, layer_times, logits_time, model_flops
-from commflow.plan.hardware import (
-    PRECISION_BYTES,
-    Accelerator,
-    get_accelerator,
-    implied_accelerator,
+from commflow.plan.compute import (
+    Calibration,
+    calibration_for,
+    layer_times,
+    logits_time,
+    model_flops,
 )
+from commflow.plan.hardware import Accelerator, get_accelerator, implied_accelerator
 from commflow.plan.memory import Memory, memory_per_gpu, stage_params
 from commflow.plan.models import TransformerSpec, get_model
 from commflow.plan.parallel import Plan, check_plan
@@ -30,6 +31,11 @@ from commflow.topology import Topology, load
 
 OPTIMIZER_BYTES = 34
 """HBM bytes the Adam step reads and writes per (sharded) parameter (modelling choice)."""
+
+WIRE_BYTES = 2
+"""Bytes per element of what travels between GPUs (activations, gradients, gathered weights):
+16-bit in every precision, fp8 included (fp8 only feeds the GEMMs, as in Transformer
+Engine)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,8 @@ class Evaluation:
     """Seconds each stage's data-parallel gradient reduction runs after its last backward
     op, ZeRO-1/2's parameter all-gather (``zero_gather``) included."""
     zero_gather: float = 0.0
-    """Seconds of ZeRO-1/2's all-gather of the updated parameters (never hidden)."""
+    """Exposed seconds of ZeRO-1/2's all-gather of the updated parameters (what the next
+    step's first forward pass does not hide)."""
 
     def __repr__(self) -> str:
         """One line: the plan and its headline numbers, not the timeline (``pipeline`` holds
@@ -164,7 +171,7 @@ def _per_microbatch(
     model: TransformerSpec, plan: Plan, gpu: Accelerator, links: ClusterLinks, cal: Calibration
 ) -> _PerMicrobatch:
     lt = layer_times(model, plan, gpu, cal)
-    width = PRECISION_BYTES[plan.precision]
+    width = WIRE_BYTES
     act = plan.mb * model.seq / plan.cp * model.hidden * width
     if plan.sp:
         tp = 2 * (
@@ -228,7 +235,7 @@ def evaluate(
     plan: Plan,
     *,
     accelerator: Accelerator | str | None = None,
-    calibration: Calibration = CALIBRATION,
+    calibration: Calibration | None = None,
     pipeline: str = "simulate",
     in_network: bool = False,
 ) -> Evaluation:
@@ -240,6 +247,8 @@ def evaluate(
     ``accelerator`` defaults to the one the cluster preset implies (``dgx-h100``: H100). Raises
     ``CommflowError`` when the plan does not divide the model or cluster, or names are unknown.
     ``in_network``: the cluster's switches aggregate (SHARP), so allreduce may use ``ina``.
+    ``calibration`` defaults to the accelerator's and precision's
+    (:func:`~commflow.plan.compute.calibration_for`).
     """
     spec = model if isinstance(model, TransformerSpec) else get_model(model)
     gpu = accelerator_for(accelerator, cluster)
@@ -254,8 +263,15 @@ def _zero_gather(plan: Plan, grads: float, links: ClusterLinks) -> float:
     return 0.0
 
 
+def _exposed_gather(plan: Plan, grads: float, links: ClusterLinks, forward: float) -> float:
+    """Seconds of ZeRO-1/2's parameter all-gather left after ``forward`` seconds of the next
+    step's first forward pass (all of it without ``plan.overlap``)."""
+    gather = _zero_gather(plan, grads, links)
+    return max(0.0, gather - forward) if plan.overlap else gather
+
+
 def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterLinks,
-                window: float) -> float:
+                window: float, forward: float) -> float:
     """Seconds a stage's data-parallel gradient reduction adds after its last backward pass.
 
     The reduction (allreduce; reduce-scatter under ZeRO) of the last backward pass's
@@ -263,7 +279,9 @@ def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterL
     layers, evenly), is scheduled by ``plan.dp_sched`` (:func:`commflow.sched.drain`, with
     the message cost fitted to the simulated collective at one layer's and at all the
     stage's gradient bytes); without ``plan.overlap`` it all follows backward. ZeRO-1/2's
-    all-gather of the updated parameters follows the optimizer step: never hidden here.
+    all-gather of the updated parameters follows the optimizer step; with ``plan.overlap`` it
+    hides behind the next step's first forward pass (``forward`` seconds), bucket by bucket,
+    as Megatron-Core's ``overlap_param_gather`` does.
     ``plan.dp_codec`` scales the gradient bytes on the wire
     (:func:`commflow.compress.wire_fraction`), not the parameters' all-gather.
     """
@@ -271,8 +289,8 @@ def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterL
     from commflow.sched import Workload, drain, fitted_cost
 
     stride = plan.tp * plan.cp
-    gather = _zero_gather(plan, grads, links)
-    grads *= wire_fraction(plan.dp_codec, PRECISION_BYTES[plan.precision])
+    gather = _exposed_gather(plan, grads, links, forward)
+    grads *= wire_fraction(plan.dp_codec, WIRE_BYTES)
     kind = "allreduce" if plan.zero == 0 else "reducescatter"
     reduce = collective_time(kind, grads, plan.dp, stride, links)
     layers = spec.layers // (plan.pp * plan.vp) * plan.vp
@@ -292,13 +310,15 @@ def evaluate_on_links(
     plan: Plan,
     gpu: Accelerator,
     *,
-    calibration: Calibration = CALIBRATION,
+    calibration: Calibration | None = None,
     pipeline: str = "simulate",
 ) -> Evaluation:
     """:func:`evaluate` on a cluster already summarized by
     :func:`~commflow.plan.comm.cluster_links` (what :func:`~commflow.plan.search` calls for
     each candidate)."""
     check_plan(spec, plan, gpus=links.gpus, gpus_per_box=links.gpus_per_box)
+    if calibration is None:
+        calibration = calibration_for(gpu, plan.precision)
     mb = _per_microbatch(spec, plan, gpu, links, calibration)
     logit = logits_time(spec, plan, gpu, calibration)
     forward = [[mb.forward] * plan.vp for _ in range(plan.pp)]
@@ -307,7 +327,7 @@ def evaluate_on_links(
     forward[-1][-1] += logit
     backward[-1][-1] += logit * (2 if plan.recompute == "full" else 1)
     weight[-1][-1] += logit
-    width = PRECISION_BYTES[plan.precision]
+    width = WIRE_BYTES
     act = plan.mb * spec.seq / plan.cp * spec.hidden * width / (plan.tp if plan.sp else 1)
     p2p = p2p_time(act, plan.tp * plan.cp * plan.dp, links) if plan.pp > 1 else 0.0
     times = OpTimes(forward, backward, weight)
@@ -322,7 +342,7 @@ def evaluate_on_links(
     params = stage_params(spec, plan)
     grads = params * width
     window = plan.vp * (mb.backward + mb.weight)
-    exposed = _exposed_dp(spec, plan, grads, links, window)
+    exposed = _exposed_dp(spec, plan, grads, links, window, plan.vp * mb.forward)
     ends = [end + exposed for end in run.stage_end]
     critical = max(range(plan.pp), key=ends.__getitem__)
     sharded = params / (plan.dp if plan.zero else 1)
@@ -353,5 +373,5 @@ def evaluate_on_links(
         op_comm=mb.op_comm,
         p2p=p2p,
         exposed_dp=exposed,
-        zero_gather=_zero_gather(plan, grads, links),
+        zero_gather=_exposed_gather(plan, grads, links, plan.vp * mb.forward),
     )

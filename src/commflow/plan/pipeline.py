@@ -106,11 +106,16 @@ def simulate_schedule(schedule: str, times: OpTimes, microbatches: int, p2p: flo
     """Run ``schedule`` on ``len(times.forward)`` stages for ``microbatches`` micro-batches;
     ``p2p`` is the seconds an activation or gradient takes to reach the next stage.
 
-    Raises ``CommflowError`` for an unknown schedule or one that deadlocks."""
+    GPipe and 1F1B send blocking (Megatron-LM's ``send_forward_recv_backward``, DeepSpeed's
+    pipeline engine): the sending stage waits ``p2p`` after each op whose output goes to
+    another stage. Interleaved and ZB-H1 overlap their sends with compute (Megatron-Core's
+    ``overlap_p2p_comm``). Raises ``CommflowError`` for an unknown schedule or one that
+    deadlocks."""
     p, v, m = len(times.forward), len(times.forward[0]), microbatches
     if schedule not in ("gpipe", "1f1b", "interleaved", "zb-h1"):
         raise CommflowError(f"unknown pipeline schedule {schedule!r}")
     split = schedule == "zb-h1"
+    blocking = p2p if schedule in ("gpipe", "1f1b") and p > 1 else 0.0
     orders = [stage_order(schedule, s, p, m, v) for s in range(p)]
     duration = (times.forward, times.backward, times.weight)
     # finish[kind][stage][chunk * m + mb]; -1 while not run
@@ -120,8 +125,10 @@ def simulate_schedule(schedule: str, times: OpTimes, microbatches: int, p2p: flo
     pending: list[deque[tuple[int, int]]] = [deque() for _ in range(p)]
     inflight = [0] * p
 
-    def run(s: int, kind: str, mb: int, chunk: int, start: float, length: float) -> None:
-        free[s] = finish[_KIND[kind]][s][chunk * m + mb] = start + length
+    def run(s: int, kind: str, mb: int, chunk: int, start: float, length: float,
+            send: float = 0.0) -> None:
+        finish[_KIND[kind]][s][chunk * m + mb] = start + length
+        free[s] = start + length + send
         busy[s] += length
         intervals.append(Interval(s, kind, mb, chunk, start, start + length))
 
@@ -167,7 +174,8 @@ def simulate_schedule(schedule: str, times: OpTimes, microbatches: int, p2p: flo
                     else:
                         inflight[s] -= 1
                         length += times.weight[s][chunk]
-                run(s, kind, mb, chunk, max(free[s], ready), length)
+                sends = s < p - 1 if kind == "F" else s > 0
+                run(s, kind, mb, chunk, max(free[s], ready), length, blocking * sends)
                 pos[s] += 1
                 remaining -= 1
                 progressed = True
@@ -209,8 +217,8 @@ def schedule_makespan(
 def formula_makespan(schedule: str, times: OpTimes, microbatches: int, p2p: float) -> PipelineRun:
     """Closed-form estimate for screening many plans: every stage busy ``m·Σ(F+B+W)`` plus the
     bubble ``(p-1)·(F+B+2·p2p)`` of one chunk (GPipe, 1F1B, interleaved: chunks are ``1/v``
-    of a stage), ``(p-1)·max(F+B-W, 0)`` for ZB-H1; ``F, B, W`` of the slowest stage. No
-    intervals."""
+    of a stage), ``(p-1)·max(F+B-W, 0)`` for ZB-H1; ``F, B, W`` of the slowest stage; GPipe
+    and 1F1B also wait ``2·p2p`` per micro-batch for their blocking sends. No intervals."""
     p = len(times.forward)
     per_stage = [
         sum(f + b + w for f, b, w in zip(fs, bs, ws, strict=True))
@@ -224,5 +232,7 @@ def formula_makespan(schedule: str, times: OpTimes, microbatches: int, p2p: floa
     else:
         bubble = (p - 1) * (f + b + w + 2 * p2p)
     busy = tuple(microbatches * t for t in per_stage)
+    if p > 1 and schedule in ("gpipe", "1f1b"):
+        bubble += 2 * p2p * microbatches
     end = max(busy) + (bubble if p > 1 else 0.0)
     return PipelineRun(tuple(end for _ in busy), busy, (), extrapolated=True)

@@ -16,7 +16,7 @@ from itertools import product
 
 from commflow.errors import CommflowError
 from commflow.plan.comm import cluster_links
-from commflow.plan.compute import CALIBRATION, Calibration
+from commflow.plan.compute import Calibration
 from commflow.plan.evaluate import (
     Evaluation,
     accelerator_for,
@@ -133,7 +133,7 @@ def search(
     top: int = 10,
     space: SearchSpace = SearchSpace(),
     screen_factor: int = 2,
-    calibration: Calibration = CALIBRATION,
+    calibration: Calibration | None = None,
     in_network: bool = False,
 ) -> list[Evaluation]:
     """The ``top`` fastest plans that fit in memory, fastest first.
@@ -141,7 +141,8 @@ def search(
     ``cluster`` is a topology or a preset name (``gpus`` sets its box count);
     ``accelerator`` defaults to the one the cluster preset implies
     (:func:`~commflow.plan.hardware.implied_accelerator`); ``in_network``: the cluster's
-    switches aggregate (SHARP), so allreduce may use ``ina``. Raises
+    switches aggregate (SHARP), so allreduce may use ``ina``; ``calibration`` defaults to the
+    accelerator's and precision's. Raises
     ``CommflowError`` when no plan is valid and fits, naming the closest miss.
     """
     spec = model if isinstance(model, TransformerSpec) else get_model(model)

@@ -100,7 +100,7 @@ def _post(flags, bells, me, n, epoch, seq, digest, comm):
 
 
 @njit(cache=True)
-def arrived(flags, me, n, epoch, seq, digest, spin):
+def _arrived(flags, me, n, epoch, seq, digest, spin):
     """Spin at most ``spin`` rounds until every peer's flag reaches ``epoch``; then compare
     their sequence numbers and digests. Returns DONE, WAITING or MISMATCH + rank."""
     slot = (2 + 2 * (epoch % 2)) * 8
@@ -117,6 +117,17 @@ def arrived(flags, me, n, epoch, seq, digest, spin):
                     return MISMATCH + r
             return DONE
     return WAITING
+
+
+def pack(me: int, n: int, op: int, spin: int) -> int:
+    """The kernels' ``ctx`` argument: rank, rank count, operator code and spin rounds in one
+    int (one argument costs a call less than four)."""
+    return me | n << 16 | op << 32 | spin << 40
+
+
+@njit(cache=True, inline="always")
+def _unpack(ctx):
+    return ctx & 0xFFFF, ctx >> 16 & 0xFFFF, ctx >> 32 & 0xFF, ctx >> 40
 
 
 @njit(cache=True)
@@ -145,10 +156,12 @@ def _reduce(recv, stage, stride, n, op):
 
 
 @njit(cache=True)
-def allreduce(send, recv, stage, stride, flags, bells, me, n, epoch, seq, digest, op, spin):
+def allreduce(send, recv, stage, stride, flags, bells, ctx, epoch, seq, digest):
     """Stage ``send`` at ``stage + me * stride``, post, wait up to ``spin`` rounds, reduce
-    into ``recv``. Returns ``2 * status + wake`` (status as :func:`arrived`; wake: a peer
-    sleeps and must be woken), or -1 without doing anything when the sizes differ."""
+    into ``recv`` (``me, n, op, spin`` packed in ``ctx`` by :func:`pack`). Returns ``2 *
+    status + wake`` (status DONE, WAITING or MISMATCH + rank; wake: a peer sleeps and must
+    be woken), or -1 without doing anything when the sizes differ."""
+    me, n, op, spin = _unpack(ctx)
     m = send.size
     if recv.size != m:
         return -1
@@ -156,23 +169,33 @@ def allreduce(send, recv, stage, stride, flags, bells, me, n, epoch, seq, digest
     for i in range(m):
         own[i] = send[i]
     wake = _post(flags, bells, me, n, epoch, seq, digest, 0)
-    status = arrived(flags, me, n, epoch, seq, digest, spin)
+    status = _arrived(flags, me, n, epoch, seq, digest, spin)
     if status == DONE:
         _reduce(recv, stage, stride, n, op)
     return 2 * status + wake
 
 
 @njit(cache=True)
-def complete(recv, stage, stride, flags, me, n, epoch, seq, digest, op, spin):
-    """:func:`allreduce` after its post: wait up to ``spin`` rounds more, then reduce."""
-    status = arrived(flags, me, n, epoch, seq, digest, spin)
+def complete(recv, stage, stride, flags, ctx, epoch, seq, digest):
+    """:func:`allreduce` after its post: wait up to ``spin`` rounds more, then reduce;
+    returns the status."""
+    me, n, op, spin = _unpack(ctx)
+    status = _arrived(flags, me, n, epoch, seq, digest, spin)
     if status == DONE:
         _reduce(recv, stage, stride, n, op)
     return status
 
 
 @njit(cache=True)
-def barrier(flags, bells, me, n, epoch, seq, digest, spin):
+def barrier(flags, bells, ctx, epoch, seq, digest):
     """Post, then wait up to ``spin`` rounds; returns ``2 * status + wake``."""
+    me, n, _, spin = _unpack(ctx)
     wake = _post(flags, bells, me, n, epoch, seq, digest, 0)
-    return 2 * arrived(flags, me, n, epoch, seq, digest, spin) + wake
+    return 2 * _arrived(flags, me, n, epoch, seq, digest, spin) + wake
+
+
+@njit(cache=True)
+def arrived(flags, ctx, epoch, seq, digest):
+    """:func:`barrier` after its post: wait up to ``spin`` rounds more; returns the status."""
+    me, n, _, spin = _unpack(ctx)
+    return _arrived(flags, me, n, epoch, seq, digest, spin)

@@ -108,15 +108,15 @@ class LeanPath:
         comm = self._comm
         if comm._broken is not None or comm._worker is not None:
             return None
-        run, complete, code, digest, signature = plan
+        run, complete, ctx, poll_ctx, digest, signature = plan
         fast = self._fast
         seq = comm._seq
         epoch = fast.epoch + 1
         segments = fast.segments
         stage = self._stage[segments & 1]
         try:
-            status = run(x, out, stage, self._stride, self._flags, self._bells, self._me,
-                         self._n, epoch, seq, digest, code, self._spin)
+            status = run(x, out, stage, self._stride, self._flags, self._bells, ctx, epoch, seq,
+                         digest)
         except TypeError:  # not two matching 1-D arrays: reshape, or take the general path
             if x.ndim == 1 or x.shape != out.shape or not out.flags.c_contiguous \
                     or not x.flags.c_contiguous:
@@ -134,8 +134,8 @@ class LeanPath:
             started=True)
         if status:
             self._settle(status, seq, epoch, signature, timeout,
-                         lambda spin: complete(out, stage, self._stride, self._flags, self._me,
-                                               self._n, epoch, seq, digest, code, spin))
+                         lambda: complete(out, stage, self._stride, self._flags, poll_ctx, epoch,
+                                          seq, digest))
         if op == "avg":
             finish(op, out, self._n)
         if entry is not None:
@@ -153,8 +153,9 @@ class LeanPath:
         return plan
 
     def _plan(self, dtype: np.dtype, op: str, nbytes: int) -> tuple | None:
-        """``(allreduce kernel, completion kernel, op code, digest, signature)`` for a call, or
-        ``None`` when it is not for this path (the general path raises for a bad op)."""
+        """``(allreduce kernel, completion kernel, ctx, polling ctx, digest, signature)`` for a
+        call, or ``None`` when it is not for this path (the general path raises for a bad
+        op)."""
         if not (isinstance(dtype, np.dtype) and 0 < nbytes <= fastpath.ONE_SHOT and op in _OPS
                 and _compiled(dtype)):
             return None
@@ -166,12 +167,14 @@ class LeanPath:
         kernel = _kernels()
         array = _array_type(numba_type)
         int64 = _int64()
-        _compile(kernel.allreduce, (array, array, *[int64] * 11))
-        _compile(kernel.complete, (array, *[int64] * 10))
+        _compile(kernel.allreduce, (array, array, *[int64] * 8))
+        _compile(kernel.complete, (array, *[int64] * 7))
         signature = self._comm._signature(Collective.ALLREDUCE, dtype, nbytes, op, 0,
                                           fastpath.NAME)
         code = (_BOOL_OPS if dtype == np.bool_ else _OPS)[op]
-        return (kernel.allreduce, kernel.complete, code,
+        pack = kernel.pack
+        return (kernel.allreduce, kernel.complete, pack(self._me, self._n, code, self._spin),
+                pack(self._me, self._n, code, _POLL_SPIN),
                 signature.digest & 0x7FFF_FFFF_FFFF_FFFF, signature)
 
     # -- barrier ------------------------------------------------------------------------------
@@ -183,8 +186,10 @@ class LeanPath:
         kernel = self._barrier_kernel
         if kernel is None:
             kernel = self._barrier_kernel = _kernels()
-            _compile(kernel.barrier, (_int64(),) * 8)
-            _compile(kernel.arrived, (_int64(),) * 7)
+            _compile(kernel.barrier, (_int64(),) * 6)
+            _compile(kernel.arrived, (_int64(),) * 5)
+            self._barrier_ctx = kernel.pack(self._me, self._n, 0, self._spin)
+            self._barrier_poll = kernel.pack(self._me, self._n, 0, _POLL_SPIN)
         seq = comm._seq
         comm._seq = seq + 1
         fast = self._fast
@@ -194,12 +199,11 @@ class LeanPath:
             seq, "barrier", _UINT8, 0, reduce=None, root=None, peer=None, algo=fastpath.NAME,
             started=True)
         digest = _BARRIER_DIGEST
-        status = kernel.barrier(self._flags, self._bells, self._me, self._n, epoch, seq,
-                                digest, self._spin)
+        status = kernel.barrier(self._flags, self._bells, self._barrier_ctx, epoch, seq, digest)
         if status:
             self._settle(status, seq, epoch, _BARRIER, timeout,
-                         lambda spin: kernel.arrived(self._flags, self._me, self._n, epoch,
-                                                     seq, digest, spin))
+                         lambda: kernel.arrived(self._flags, self._barrier_poll, epoch, seq,
+                                                digest))
         if entry is not None:
             fr.complete(entry)
         return True
@@ -207,8 +211,8 @@ class LeanPath:
     # -- waiting ------------------------------------------------------------------------------
     def _settle(self, status: int, seq: int, epoch: int, signature: Signature,
                 timeout: float | None, poll) -> None:
-        """After a kernel returned ``2 * status + wake``: wake sleeping peers, then wait
-        (``poll(spin)`` returns the new status) as :mod:`commflow.runtime.fastpath` does."""
+        """After a kernel returned ``2 * status + wake``: wake sleeping peers, then wait as
+        :mod:`commflow.runtime.fastpath` does (``poll()`` polls briefly, returns the status)."""
         host = self._host
         if status & 1:
             for r in range(self._n):
@@ -247,7 +251,7 @@ class LeanPath:
                     endpoint.check_peers_alive()
                     endpoint.check_peers_calls()
                 host.sleep(lambda: bool(bell[0]), max(0.0, deadline - time.monotonic()))
-            status = poll(_POLL_SPIN)
+            status = poll()
         if status != _DONE:
             rank = status - _MISMATCH
             host.abort(ABORT_MISMATCH, host.me, seq)

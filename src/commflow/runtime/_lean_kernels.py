@@ -16,6 +16,7 @@ spin count: the caller sleeps, checks deadlines, aborts and dead peers between c
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import carray, njit, types
 from numba.extending import intrinsic
@@ -119,10 +120,18 @@ def _arrived(flags, me, n, epoch, seq, digest, spin):
     return WAITING
 
 
-def pack(me: int, n: int, op: int, spin: int) -> int:
-    """The kernels' ``ctx`` argument: rank, rank count, operator code and spin rounds in one
-    int (one argument costs a call less than four)."""
-    return me | n << 16 | op << 32 | spin << 40
+def context(*, stages: tuple[int, int], stride: int, flags: int, bells: int, me: int, n: int,
+            op: int, spin: int, poll_spin: int, digest: int) -> np.ndarray:
+    """The constants of one kind of call, as the kernels read them from the array's address
+    (one argument costs a call less than eight): the two staging halves of rank 0, the
+    stride between ranks' stages, the flag and doorbell lines of rank 0, ``me, n, op, spin``
+    packed, the same with ``poll_spin``, and the signature digest. Keep the array alive while
+    its address is used."""
+    def packed(rounds: int) -> int:
+        return me | n << 16 | op << 32 | rounds << 40
+
+    return np.array([*stages, stride, flags, bells, packed(spin), packed(poll_spin), digest],
+                    np.int64)
 
 
 @njit(cache=True, inline="always")
@@ -156,15 +165,18 @@ def _reduce(recv, stage, stride, n, op):
 
 
 @njit(cache=True)
-def allreduce(send, recv, stage, stride, flags, bells, ctx, epoch, seq, digest):
-    """Stage ``send`` at ``stage + me * stride``, post, wait up to ``spin`` rounds, reduce
-    into ``recv`` (``me, n, op, spin`` packed in ``ctx`` by :func:`pack`). Returns ``2 *
+def allreduce(send, recv, ctx, half, epoch, seq):
+    """Stage ``send`` in this rank's staging half ``half``, post, wait up to ``spin`` rounds,
+    reduce into ``recv`` (constants at address ``ctx``, see :func:`context`). Returns ``2 *
     status + wake`` (status DONE, WAITING or MISMATCH + rank; wake: a peer sleeps and must
     be woken), or -1 without doing anything when the sizes differ."""
-    me, n, op, spin = _unpack(ctx)
     m = send.size
     if recv.size != m:
         return -1
+    stage, stride, flags, bells = _load64(ctx + half * 8), _load64(ctx + 16), \
+        _load64(ctx + 24), _load64(ctx + 32)
+    me, n, op, spin = _unpack(_load64(ctx + 40))
+    digest = _load64(ctx + 56)
     own = carray(_pointer(stage + me * stride), (m,), send.dtype)
     for i in range(m):
         own[i] = send[i]
@@ -176,26 +188,29 @@ def allreduce(send, recv, stage, stride, flags, bells, ctx, epoch, seq, digest):
 
 
 @njit(cache=True)
-def complete(recv, stage, stride, flags, ctx, epoch, seq, digest):
-    """:func:`allreduce` after its post: wait up to ``spin`` rounds more, then reduce;
+def complete(recv, ctx, half, epoch, seq):
+    """:func:`allreduce` after its post: wait up to ``poll_spin`` rounds more, then reduce;
     returns the status."""
-    me, n, op, spin = _unpack(ctx)
-    status = _arrived(flags, me, n, epoch, seq, digest, spin)
+    stage, stride, flags = _load64(ctx + half * 8), _load64(ctx + 16), _load64(ctx + 24)
+    me, n, op, spin = _unpack(_load64(ctx + 48))
+    status = _arrived(flags, me, n, epoch, seq, _load64(ctx + 56), spin)
     if status == DONE:
         _reduce(recv, stage, stride, n, op)
     return status
 
 
 @njit(cache=True)
-def barrier(flags, bells, ctx, epoch, seq, digest):
+def barrier(ctx, epoch, seq):
     """Post, then wait up to ``spin`` rounds; returns ``2 * status + wake``."""
-    me, n, _, spin = _unpack(ctx)
+    flags, bells, digest = _load64(ctx + 24), _load64(ctx + 32), _load64(ctx + 56)
+    me, n, _, spin = _unpack(_load64(ctx + 40))
     wake = _post(flags, bells, me, n, epoch, seq, digest, 0)
     return 2 * _arrived(flags, me, n, epoch, seq, digest, spin) + wake
 
 
 @njit(cache=True)
-def arrived(flags, ctx, epoch, seq, digest):
-    """:func:`barrier` after its post: wait up to ``spin`` rounds more; returns the status."""
-    me, n, _, spin = _unpack(ctx)
-    return _arrived(flags, me, n, epoch, seq, digest, spin)
+def arrived(ctx, epoch, seq):
+    """:func:`barrier` after its post: wait up to ``poll_spin`` rounds more; returns the
+    status."""
+    me, n, _, spin = _unpack(_load64(ctx + 48))
+    return _arrived(_load64(ctx + 24), me, n, epoch, seq, _load64(ctx + 56), spin)

@@ -48,7 +48,6 @@ _SPIN, _SPIN_SHARED, _POLL_SPIN = 1 << 14, 64, 32
 _OPS = {"sum": 0, "avg": 0, "prod": 1, "min": 2, "max": 3}
 _BOOL_OPS = {"sum": 3, "max": 3, "prod": 2, "min": 2}
 _BARRIER = Signature("collective", "barrier", "none", 0, "none", 0, fastpath.NAME)
-_BARRIER_DIGEST = _BARRIER.digest & 0x7FFF_FFFF_FFFF_FFFF
 _UINT8 = np.dtype(np.uint8)
 _ALLREDUCE = Collective.ALLREDUCE.value
 _NAME = fastpath.NAME
@@ -108,15 +107,14 @@ class LeanPath:
         comm = self._comm
         if comm._broken is not None or comm._worker is not None:
             return None
-        run, complete, ctx, poll_ctx, digest, signature = plan
+        run, complete, ctx, _, signature = plan
         fast = self._fast
         seq = comm._seq
         epoch = fast.epoch + 1
         segments = fast.segments
-        stage = self._stage[segments & 1]
+        half = segments & 1
         try:
-            status = run(x, out, stage, self._stride, self._flags, self._bells, ctx, epoch, seq,
-                         digest)
+            status = run(x, out, ctx, half, epoch, seq)
         except TypeError:  # not two matching 1-D arrays: reshape, or take the general path
             if x.ndim == 1 or x.shape != out.shape or not out.flags.c_contiguous \
                     or not x.flags.c_contiguous:
@@ -134,8 +132,7 @@ class LeanPath:
             started=True)
         if status:
             self._settle(status, seq, epoch, signature, timeout,
-                         lambda: complete(out, stage, self._stride, self._flags, poll_ctx, epoch,
-                                          seq, digest))
+                         lambda: complete(out, ctx, half, epoch, seq))
         if op == "avg":
             finish(op, out, self._n)
         if entry is not None:
@@ -153,9 +150,9 @@ class LeanPath:
         return plan
 
     def _plan(self, dtype: np.dtype, op: str, nbytes: int) -> tuple | None:
-        """``(allreduce kernel, completion kernel, ctx, polling ctx, digest, signature)`` for a
-        call, or ``None`` when it is not for this path (the general path raises for a bad
-        op)."""
+        """``(allreduce kernel, completion kernel, address of the constants, their array,
+        signature)`` for a call, or ``None`` when it is not for this path (the general path
+        raises for a bad op)."""
         if not (isinstance(dtype, np.dtype) and 0 < nbytes <= fastpath.ONE_SHOT and op in _OPS
                 and _compiled(dtype)):
             return None
@@ -167,15 +164,21 @@ class LeanPath:
         kernel = _kernels()
         array = _array_type(numba_type)
         int64 = _int64()
-        _compile(kernel.allreduce, (array, array, *[int64] * 8))
-        _compile(kernel.complete, (array, *[int64] * 7))
+        _compile(kernel.allreduce, (array, array, *[int64] * 4))
+        _compile(kernel.complete, (array, *[int64] * 4))
         signature = self._comm._signature(Collective.ALLREDUCE, dtype, nbytes, op, 0,
                                           fastpath.NAME)
-        code = (_BOOL_OPS if dtype == np.bool_ else _OPS)[op]
-        pack = kernel.pack
-        return (kernel.allreduce, kernel.complete, pack(self._me, self._n, code, self._spin),
-                pack(self._me, self._n, code, _POLL_SPIN),
-                signature.digest & 0x7FFF_FFFF_FFFF_FFFF, signature)
+        constants = self._context(kernel, (_BOOL_OPS if dtype == np.bool_ else _OPS)[op],
+                                  signature)
+        return (kernel.allreduce, kernel.complete, constants.ctypes.data, constants,
+                signature)
+
+    def _context(self, kernel, op: int, signature: Signature) -> np.ndarray:
+        """The kernels' constants for calls with operator code ``op`` and ``signature``."""
+        return kernel.context(stages=self._stage, stride=self._stride, flags=self._flags,
+                              bells=self._bells, me=self._me, n=self._n, op=op,
+                              spin=self._spin, poll_spin=_POLL_SPIN,
+                              digest=signature.digest & 0x7FFF_FFFF_FFFF_FFFF)
 
     # -- barrier ------------------------------------------------------------------------------
     def barrier(self, timeout: float | None) -> bool:
@@ -185,11 +188,13 @@ class LeanPath:
             return False
         kernel = self._barrier_kernel
         if kernel is None:
-            kernel = self._barrier_kernel = _kernels()
-            _compile(kernel.barrier, (_int64(),) * 6)
-            _compile(kernel.arrived, (_int64(),) * 5)
-            self._barrier_ctx = kernel.pack(self._me, self._n, 0, self._spin)
-            self._barrier_poll = kernel.pack(self._me, self._n, 0, _POLL_SPIN)
+            kernels = _kernels()
+            _compile(kernels.barrier, (_int64(),) * 3)
+            _compile(kernels.arrived, (_int64(),) * 3)
+            self._barrier_constants = self._context(kernels, 0, _BARRIER)
+            self._barrier_ctx = self._barrier_constants.ctypes.data
+            self._barrier_poll = kernels.arrived
+            kernel = self._barrier_kernel = kernels.barrier
         seq = comm._seq
         comm._seq = seq + 1
         fast = self._fast
@@ -198,12 +203,11 @@ class LeanPath:
         entry = None if fr is None else fr.record(
             seq, "barrier", _UINT8, 0, reduce=None, root=None, peer=None, algo=fastpath.NAME,
             started=True)
-        digest = _BARRIER_DIGEST
-        status = kernel.barrier(self._flags, self._bells, self._barrier_ctx, epoch, seq, digest)
+        ctx = self._barrier_ctx
+        status = kernel(ctx, epoch, seq)
         if status:
             self._settle(status, seq, epoch, _BARRIER, timeout,
-                         lambda: kernel.arrived(self._flags, self._barrier_poll, epoch, seq,
-                                                digest))
+                         lambda: self._barrier_poll(ctx, epoch, seq))
         if entry is not None:
             fr.complete(entry)
         return True

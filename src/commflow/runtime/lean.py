@@ -6,9 +6,11 @@ The same exchange as :meth:`SharedBufferPaths.small_allreduce
 flag words, sequence numbers and signatures, so ranks may mix the two), but the copy in,
 the posting, the first wait and the reduction run in one numba kernel
 (:mod:`commflow.runtime._lean_kernels`), and the Python entry does only what the call needs:
-a dictionary lookup of a plan made on the first call per (dtype, op, size), the checks of the
-output, the sequence number and the flight record. Reductions run in rank order from the
-staged copies, so every rank gets the same, numpy-exact result, whatever ``out`` overlaps.
+a plan made on the first call per (dtype, op, size), the sequence number and the flight
+record (one step, :meth:`~commflow.runtime.flight.FlightRecorder.record_done`, for a call the
+kernel finished; a call that has to wait is recorded as started first). Reductions run in
+rank order from the staged copies, so every rank gets the same, numpy-exact result, whatever
+``out`` overlaps.
 
 Waiting: the kernel spins a bounded number of rounds (a short one when the host has more
 ranks than CPUs, where the rank then also yields its CPU between short polls a few times);
@@ -127,16 +129,19 @@ class LeanPath:
         fast.epoch = epoch
         fast.segments = segments + 1
         fr = comm._flight
-        entry = None if fr is None else fr.record(
-            seq, _ALLREDUCE, dtype, nbytes, reduce=op, root=None, peer=None, algo=_NAME,
-            started=True)
-        if status:
+        if not status:
+            if fr is not None:
+                fr.record_done(seq, _ALLREDUCE, dtype, nbytes, op, _NAME)
+        else:
+            entry = None if fr is None else fr.record(
+                seq, _ALLREDUCE, dtype, nbytes, reduce=op, root=None, peer=None, algo=_NAME,
+                started=True)
             self._settle(status, seq, epoch, signature, timeout,
                          lambda: complete(out, ctx, half, epoch, seq))
+            if entry is not None:
+                fr.complete(entry)
         if op == "avg":
             finish(op, out, self._n)
-        if entry is not None:
-            fr.complete(entry)
         return out
 
     def _lookup(self, dtype, op: str, nbytes: int) -> tuple | None:
@@ -199,15 +204,18 @@ class LeanPath:
         comm._seq = seq + 1
         fast = self._fast
         fast.epoch = epoch = fast.epoch + 1
-        fr = comm._flight
-        entry = None if fr is None else fr.record(
-            seq, "barrier", _UINT8, 0, reduce=None, root=None, peer=None, algo=fastpath.NAME,
-            started=True)
         ctx = self._barrier_ctx
         status = kernel(ctx, epoch, seq)
-        if status:
-            self._settle(status, seq, epoch, _BARRIER, timeout,
-                         lambda: self._barrier_poll(ctx, epoch, seq))
+        fr = comm._flight
+        if not status:
+            if fr is not None:
+                fr.record_done(seq, "barrier", _UINT8, 0, None, _NAME)
+            return True
+        entry = None if fr is None else fr.record(
+            seq, "barrier", _UINT8, 0, reduce=None, root=None, peer=None, algo=_NAME,
+            started=True)
+        self._settle(status, seq, epoch, _BARRIER, timeout,
+                     lambda: self._barrier_poll(ctx, epoch, seq))
         if entry is not None:
             fr.complete(entry)
         return True

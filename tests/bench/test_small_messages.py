@@ -1,5 +1,6 @@
-"""``commflow bench barrier``: commflow's barrier against gloo's and Open MPI's, one row each,
-with the slowest rank's time per barrier."""
+"""The small-message runs of docs/benchmarks.md: ``commflow bench barrier`` (commflow's barrier
+against gloo's and Open MPI's, one row each, the slowest rank's time per barrier) and the
+8 B - 64 KiB allreduce sweep against Open MPI on 4 ranks."""
 
 from __future__ import annotations
 
@@ -49,3 +50,16 @@ def test_bad_spec_is_refused():
         run_barrier(BarrierSpec(impl="nccl"), 2)
     with pytest.raises(CommflowError, match="--iters >= 1"):
         run_barrier(BarrierSpec(impl="commflow", iters=0), 2)
+
+
+def test_small_allreduce_sweep_on_4_ranks_against_mpi(capsys, tmp_path):
+    path = tmp_path / "ar.json"
+    code, out, _ = run_bench(capsys, "-n", "4", "--vs", "mpi", "-b", "8", "-e", "64K",
+                             "--iters", "6", "-w", "1", "--json-out", str(path))
+    assert code == 0, out
+    records = json.loads(path.read_text())
+    sizes = [8 << i for i in range(14)]
+    for impl in ("commflow", "mpi"):
+        mine = [r for r in records if r["impl"] == impl]
+        assert sorted({r["size"] for r in mine}) == sizes
+        assert all(r["wrong"] == 0 and r["nranks"] == 4 for r in mine)

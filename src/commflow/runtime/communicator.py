@@ -111,8 +111,7 @@ class Communicator:
         self._fast = fastpath.SharedBufferPaths(
             lambda seq, sig, dt: transport.endpoint(seq, sig, dt, self.ranks, comm_id),
             self.size, self.rank) if world and transport.host.layout.stage_bytes else None
-        self._lean = None if self._fast is None or os.environ.get("COMMFLOW_LEAN") == "0" \
-            else lean.LeanPath(self, self._fast)
+        self._lean = lean.attach(self, self._fast)
 
     @property
     def rank(self) -> int:

@@ -63,6 +63,16 @@ def _kernels():
     return _lean_kernels
 
 
+def attach(comm, fast: fastpath.SharedBufferPaths | None) -> LeanPath | None:
+    """The small-message path of ``comm`` over its fast path ``fast``, or ``None`` when it has
+    none, when its staging halves are smaller than a one-shot allreduce, or when
+    ``COMMFLOW_LEAN=0`` turns the path off."""
+    if fast is None or os.environ.get("COMMFLOW_LEAN") == "0" \
+            or comm.transport.host.layout.stage_bytes // 2 < fastpath.ONE_SHOT:
+        return None
+    return LeanPath(comm, fast)
+
+
 class LeanPath:
     """The small-message entry of a :class:`~commflow.runtime.communicator.Communicator` whose
     shared-memory fast path is ``fast``."""
@@ -85,7 +95,8 @@ class LeanPath:
         self._yields = YIELDS if shared else 0
         self._plans: dict[tuple, tuple | None] = {}
         self._dtype = self._op = self._nbytes = self._last = None
-        self._barrier_kernel = None
+        self._barrier_kernel = self._barrier_poll = self._barrier_constants = None
+        self._barrier_ctx = 0
 
     # -- allreduce --------------------------------------------------------------------------
     def allreduce(self, x, op: str, out, timeout: float | None):

@@ -113,7 +113,7 @@ def run_impl(spec: RunSpec, nranks: int, *, progress: Progress | None = None) ->
         )
         watcher.start()
         try:
-            status = _start(spec.impl, command, nranks, budget)
+            status = start_ranks(spec.impl, command, nranks, budget)
         finally:
             done.set()
             watcher.join()
@@ -126,8 +126,9 @@ def run_impl(spec: RunSpec, nranks: int, *, progress: Progress | None = None) ->
     return combine_ranks(spec, ranks)
 
 
-def _start(impl: str, command: list[str], nranks: int, timeout: float) -> int:
-    """Start the ranks and wait for them; returns the exit status (124 on timeout)."""
+def start_ranks(impl: str, command: list[str], nranks: int, timeout: float) -> int:
+    """Start ``nranks`` ranks of ``command`` for ``impl`` (the launcher; ``mpirun`` for Open
+    MPI) and wait for them; returns the exit status (124 after ``timeout`` seconds)."""
     if impl != "mpi":
         return launch(command, nranks, timeout=timeout)
     mpirun = ["mpirun", "-n", str(nranks), "--oversubscribe"]

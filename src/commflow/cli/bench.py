@@ -19,6 +19,7 @@ from commflow.bench import (
     plot_busbw,
     run_benchmark,
 )
+from commflow.bench.barrier import compare_barriers
 from commflow.bench.memory import PROBE_BYTES, PROBE_REPEATS
 from commflow.cli._group import NCCL_TESTS_FLAG
 from commflow.cli._output import Op, echo_json, err, gbps, number, out, usec
@@ -34,7 +35,9 @@ _RATIO_WIDTH = 8
 
 
 def bench(
-    collective: str = typer.Argument("allreduce", help="Collective: allreduce, allgather, ..."),
+    collective: str = typer.Argument(
+        "allreduce", help="Collective: allreduce, allgather, ..., or barrier."
+    ),
     nranks: int = typer.Option(None, "-n", "--nranks", help="Ranks (default: CPU cores, >= 2)."),
     begin: str = typer.Option("8", "-b", "--minbytes", help="Smallest size (8, 64K, 16M)."),
     end: str = typer.Option("64M", "-e", "--maxbytes", help="Largest size."),
@@ -79,6 +82,9 @@ def bench(
     copy-in/copy-out shared-memory implementation. Exit status 1 when a
     result was wrong.
 
+    `commflow bench barrier` times barriers instead (one row per
+    implementation; sizes, --algo, -d, -o, -r and --plot do not apply).
+
     An --algo entry ending in .json is a program file (commflow synth -o,
     or commflow.ir.save_program): its collective, rank count and root must
     be the benchmark's; its rows are labelled with the file name.
@@ -89,10 +95,14 @@ def bench(
       commflow bench --vs gloo,mpi -n 2 -b 8 -e 64M
       commflow bench allgather --algo all --vs none -e 16M --json-out ag.json --plot ag.png
       commflow bench allreduce -n 2 -e 1M --vs none --json
+      commflow bench barrier -n 4 --vs gloo,mpi --iters 200
       commflow bench --nccl-tests allreduce -g 4 -b 8 -e 128M -f 2 -n 20 -w 5
       commflow synth allgather --topo ring4 -o ag4.json
       commflow bench allgather -n 4 --algo ring,ag4.json --vs none
     """
+    if collective.lower() == "barrier":
+        _barrier(nranks, vs, warmup, iters, timeout, as_json, json_file)
+        return
     config = BenchConfig(
         collective=collective,
         nranks=default_nranks() if nranks is None else nranks,
@@ -122,6 +132,41 @@ def bench(
             title=f"{config.collective.value}, {config.nranks} ranks, {config.dtype}",
         )
     fail_if_wrong(report)
+
+
+def _barrier(nranks: int | None, vs: str, warmup: int, iters: int, timeout: float,
+             as_json: bool, json_file: Path | None) -> None:
+    """``commflow bench barrier``: one row per implementation (sizes do not apply)."""
+    n = default_nranks() if nranks is None else nranks
+    peers = () if vs.strip() == "none" else tuple(p.strip() for p in vs.split(","))
+    results, notes = compare_barriers(n, peers=peers, warmup=warmup, iters=iters,
+                                      timeout=timeout)
+    records = [r.record() for r in results]
+    if json_file is not None:
+        _write(json_file, json.dumps(records, indent=2))
+    if as_json:
+        echo_json(records)
+        return
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    ours = results[0].time.median
+    lines = [
+        f"# commflow bench: barrier on {n} ranks; {warmup} warm-up + {iters} timed barriers",
+        "# every timed barrier follows an untimed one and takes the slowest rank's time; "
+        "time = median, ci95 = 95% confidence interval of the median",
+        f"# host: {os.cpu_count()} cores, load average {load}",
+        "# ratio = commflow time / peer time",
+        f"#{'impl':>11}{'time(us)':>11}{'ci95(us)':>20}{'ratio':>8}",
+    ]
+    for r in results:
+        ci = "-" if r.time.ci is None else \
+            f"{number(usec(r.time.ci[0]))}-{number(usec(r.time.ci[1]))}"
+        ratio = "-" if r.impl == "commflow" or not r.time.median else \
+            number(ours / r.time.median)
+        lines.append(f"{r.impl:>12}{_cell(number(usec(r.time.median)), 11)}{_cell(ci, 20)}"
+                     f"{_cell(ratio, 8)}")
+    lines += [f"# {note}" for note in notes]
+    for line in lines:
+        out.print(line, markup=False)
 
 
 def measure(config: BenchConfig) -> BenchReport:

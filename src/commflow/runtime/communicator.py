@@ -25,7 +25,7 @@ import numpy as np
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
 from commflow.ir import Program
-from commflow.runtime import fastpath, flight, programs
+from commflow.runtime import fastpath, flight, lean, programs
 from commflow.runtime.arrays import as_numpy, flat, like
 from commflow.runtime.errors import CommAbortedError, CommError, CommTimeoutError
 from commflow.runtime.executor import run_plan
@@ -114,6 +114,7 @@ class Communicator:
         self._fast = fastpath.SharedBufferPaths(
             lambda seq, sig, dt: transport.endpoint(seq, sig, dt, self.ranks, comm_id),
             self.size, self.rank) if world and transport.host.layout.stage_bytes else None
+        self._lean = lean.attach(self, self._fast)
 
     @property
     def rank(self) -> int:
@@ -140,6 +141,13 @@ class Communicator:
                   async_op: bool = False, timeout: float | None = None):
         """Reduce ``x`` over all ranks into ``out`` (a new array if ``None``; ``out=x`` for
         in-place). Returns ``out`` (or a :class:`Handle` when ``async_op``)."""
+        if self._lean is not None and not async_op and type(algo) is str \
+                and (algo == "auto" or algo == fastpath.NAME):
+            if timeout is not None:
+                check_timeout(timeout, f"allreduce on rank {self.rank}")
+            result = self._lean.allreduce(x, op, out, timeout)
+            if result is not None:
+                return result
         a = as_numpy(x, "allreduce input")
         out = like(x, a.shape) if out is None else out
         b = self._output(out, a.shape, a.dtype, "allreduce")
@@ -249,6 +257,11 @@ class Communicator:
 
     def barrier(self, *, timeout: float | None = None) -> None:
         """Return once every rank has called ``barrier``."""
+        if self._lean is not None:
+            if timeout is not None:
+                check_timeout(timeout, f"barrier on rank {self.rank}")
+            if self._lean.barrier(timeout):
+                return
         token = np.zeros(1, np.uint8)
         self.allreduce(token, "max", out=token, timeout=timeout)
 

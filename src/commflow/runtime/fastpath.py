@@ -5,7 +5,7 @@ once every rank's flag is up, rank r reduces block r of every rank's stage in pl
 first, then the others by rank, so every element is reduced once, in a fixed order) and raises
 a second flag; then every rank copies the reduced blocks out (small allreduces, and any
 allreduce on two ranks where it moves fewer bytes: every rank reduces everything after the
-first flag; ``a + b == b + a`` exactly, so both ranks agree) (reduce-scatter: rank r reduces
+first flag, in rank order, so both ranks agree to the bit) (reduce-scatter: rank r reduces
 straight into its output; allgather/broadcast: one flag, then copies out). That is the two-shot
 reduce-scatter + allgather of the ``direct`` family, with the messages replaced by loads from
 shared memory: per byte, one copy in, one read of every stage for the reduction and one copy
@@ -83,7 +83,7 @@ class SharedBufferPaths:
             if collective is Collective.ALLREDUCE and n == 2:
                 mine[:m] = send[lo:hi]
                 wait()
-                reduce(send[lo:hi], stages[1 - me][:m], recv[lo:hi])
+                reduce(stages[0][:m], stages[1][:m], recv[lo:hi])  # in rank order
             elif collective is Collective.ALLREDUCE and m * send.dtype.itemsize <= ONE_SHOT:
                 mine[:m] = send[lo:hi]
                 wait()
@@ -126,7 +126,9 @@ class SharedBufferPaths:
     def small_allreduce(self, send: np.ndarray, recv: np.ndarray, reduce: Reducer, seq: int,
                         signature: Signature, deadline: float) -> None:
         """One-shot allreduce of ``send`` (flat, at most :data:`ONE_SHOT` bytes) into
-        ``recv``: the latency path, kept short."""
+        ``recv``, reduced from the staged copies in rank order, as the compiled path
+        (:mod:`commflow.runtime.lean`) does: every rank gets the same bits whichever path it
+        takes (``minimum(0.0, -0.0)`` is not ``minimum(-0.0, 0.0)``)."""
         unit = len(send)
         endpoint = self.endpoint_factory(seq, signature, send.dtype)
         host = endpoint.t.host
@@ -134,11 +136,11 @@ class SharedBufferPaths:
         self.segments += 1
         stages[self.me][:unit] = send
         self._phase(endpoint, seq, signature, deadline)
-        if self.n == 2:
-            reduce(send, stages[1 - self.me][:unit], recv)
+        if self.n == 1:
+            recv[...] = stages[0][:unit]
             return
-        recv[...] = stages[0][:unit]
-        for r in range(1, self.n):
+        reduce(stages[0][:unit], stages[1][:unit], recv)
+        for r in range(2, self.n):
             reduce(recv, stages[r][:unit], recv)
 
     def _stages(self, host, half: int, half_bytes: int, dtype: np.dtype) -> list[np.ndarray]:

@@ -275,6 +275,21 @@ class FlightRecorder:
                     return None
             return self._dumped
 
+    def record_done(self, seq: int, op: str, dtype, nbytes: int, reduce: str | None,
+                    algo: str) -> None:
+        """Record collective ``seq`` as started and completed now, in one step (one
+        timestamp): for a call that was over before it could fail (the compiled
+        small-message path, :mod:`commflow.runtime.lean`; a call that has to wait is recorded
+        with :meth:`record` first and :meth:`complete` after)."""
+        n = self._recorded
+        r = self._ring[n % self.capacity]
+        self._recorded = n + 1
+        self.next_seq = seq + 1
+        r.seq, r.op, r.dtype, r.nbytes, r.reduce, r.algo = seq, op, dtype, nbytes, reduce, algo
+        r.root = r.peer = None
+        r.state = COMPLETED
+        r.t_scheduled = r.t_start = r.t_end = _monotonic()
+
 
 class DumpWatcher:
     """Dumps a recorder when another rank of the host asks (see :func:`request_dumps`).

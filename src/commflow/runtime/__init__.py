@@ -5,7 +5,8 @@ launcher, torchrun or mpirun); the :class:`Communicator` runs any verified progr
 :mod:`commflow.algorithms` (``algo=`` names one, ``"auto"`` chooses).
 """
 
-from commflow.runtime.communicator import Communicator, Handle
+from commflow.runtime.calls import Handle
+from commflow.runtime.communicator import Communicator
 from commflow.runtime.doctor import Diagnosis, FlightEntry, FlightRecord, diagnose, load_records
 from commflow.runtime.errors import (
     CommAbortedError,

@@ -11,13 +11,11 @@ this rank's block, ``alltoall`` splits the first axis into nranks blocks, block 
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import zlib
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +25,7 @@ from commflow.errors import CommflowError
 from commflow.ir import Program
 from commflow.runtime import fastpath, flight, lean, programs
 from commflow.runtime.arrays import as_numpy, flat, like
+from commflow.runtime.calls import Call, Handle, check_timeout, in_place
 from commflow.runtime.errors import CommAbortedError, CommError, CommTimeoutError
 from commflow.runtime.executor import run_plan
 from commflow.runtime.ops import Reducer, finish, reducer
@@ -40,40 +39,6 @@ _ALLREDUCE = Collective.ALLREDUCE.value
 
 P2P_CHANNEL = 1 << 30
 """Channel id reserved for point-to-point messages."""
-
-
-class Handle:
-    """An operation started with ``async_op=True``."""
-
-    def __init__(self, future: Future, result) -> None:
-        self._future = future
-        self._result = result
-
-    def wait(self, timeout: float | None = None):
-        """Block until the operation is done (at most ``timeout`` seconds, else
-        ``CommTimeoutError``); returns its result; re-raises its error."""
-        try:
-            self._future.result(timeout)
-        except TimeoutError:
-            raise CommTimeoutError(f"async operation not done after {timeout} s", op="wait",
-                                   seq=-1, peers=()) from None
-        return self._result
-
-    def is_completed(self) -> bool:
-        """Whether the operation has finished (successfully or not)."""
-        return self._future.done()
-
-
-@dataclass
-class _Call:
-    collective: Collective
-    send: np.ndarray
-    recv: np.ndarray
-    unit: int
-    op: str
-    root: int
-    algo: str | Program
-    reduce: Reducer | None = None
 
 
 class Communicator:
@@ -158,7 +123,7 @@ class Communicator:
                 and algo in ("auto", fastpath.NAME)):
             self._guarded(lambda: self._small_allreduce(a, b, op, timeout))
             return out
-        return self._submit(_Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,
+        return self._submit(Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,
                             async_op, timeout)
 
     def allgather(self, x, *, algo: str | Program = "auto", out=None, async_op: bool = False,
@@ -168,7 +133,7 @@ class Communicator:
         shape = (self.size * (a.shape[0] if a.ndim else 1), *a.shape[1:])
         out = like(x, shape) if out is None else out
         b = self._output(out, shape, a.dtype, "allgather")
-        return self._submit(_Call(Collective.ALLGATHER, a, b, a.size, "sum", 0, algo), out,
+        return self._submit(Call(Collective.ALLGATHER, a, b, a.size, "sum", 0, algo), out,
                             async_op, timeout)
 
     def reduce_scatter(self, x, op: str = "sum", *, algo: str | Program = "auto", out=None,
@@ -178,7 +143,7 @@ class Communicator:
         shape = (self._blocks(a, "reduce_scatter"), *a.shape[1:])
         out = like(x, shape) if out is None else out
         b = self._output(out, shape, a.dtype, "reduce_scatter")
-        return self._submit(_Call(Collective.REDUCESCATTER, a, b, b.size, op, 0, algo), out,
+        return self._submit(Call(Collective.REDUCESCATTER, a, b, b.size, op, 0, algo), out,
                             async_op, timeout)
 
     def alltoall(self, x, *, algo: str | Program = "auto", out=None, async_op: bool = False,
@@ -188,7 +153,7 @@ class Communicator:
         self._blocks(a, "alltoall")
         out = like(x, a.shape) if out is None else out
         b = self._output(out, a.shape, a.dtype, "alltoall")
-        return self._submit(_Call(Collective.ALLTOALL, a, b, a.size // self.size, "sum", 0,
+        return self._submit(Call(Collective.ALLTOALL, a, b, a.size // self.size, "sum", 0,
                                   algo), out, async_op, timeout)
 
     def broadcast(self, x, root: int = 0, *, algo: str | Program = "auto", async_op: bool = False,
@@ -197,7 +162,7 @@ class Communicator:
         a = as_numpy(x, "broadcast buffer")
         self._check_root(root)
         send = a if self.rank == root else np.empty(0, a.dtype)
-        return self._submit(_Call(Collective.BROADCAST, send, a, a.size, "sum", root, algo), x,
+        return self._submit(Call(Collective.BROADCAST, send, a, a.size, "sum", root, algo), x,
                             async_op, timeout)
 
     def reduce(self, x, root: int = 0, op: str = "sum", *, algo: str | Program = "auto",
@@ -206,7 +171,7 @@ class Communicator:
         a = as_numpy(x, "reduce buffer")
         self._check_root(root)
         recv = a if self.rank == root else np.empty_like(a)
-        return self._submit(_Call(Collective.REDUCE, a, recv, a.size, op, root, algo), x,
+        return self._submit(Call(Collective.REDUCE, a, recv, a.size, op, root, algo), x,
                             async_op, timeout)
 
     def gather(self, x, root: int = 0, *, algo: str | Program = "auto", out=None,
@@ -221,7 +186,7 @@ class Communicator:
             b = self._output(out, shape, a.dtype, "gather")
         else:
             out, b = None, np.empty(0, a.dtype)
-        return self._submit(_Call(Collective.GATHER, a, b, a.size, "sum", root, algo), out,
+        return self._submit(Call(Collective.GATHER, a, b, a.size, "sum", root, algo), out,
                             async_op, timeout)
 
     def scatter(self, x, root: int = 0, *, algo: str | Program = "auto", out=None,
@@ -234,7 +199,7 @@ class Communicator:
         out = like(x, shape) if out is None else out
         b = self._output(out, shape, a.dtype, "scatter")
         send = a if self.rank == root else np.empty(0, a.dtype)
-        return self._submit(_Call(Collective.SCATTER, send, b, b.size, "sum", root, algo), out,
+        return self._submit(Call(Collective.SCATTER, send, b, b.size, "sum", root, algo), out,
                             async_op, timeout)
 
     def split(self, color: int | None, key: int = 0, *,
@@ -341,7 +306,7 @@ class Communicator:
         if not 0 <= root < self.size:
             raise CommflowError(f"root {root} is outside ranks 0..{self.size - 1}")
 
-    def _submit(self, call: _Call, result, async_op: bool, timeout: float | None):
+    def _submit(self, call: Call, result, async_op: bool, timeout: float | None):
         if timeout is not None:
             check_timeout(timeout, f"{call.collective.value} on rank {self.rank}")
         if not isinstance(call.algo, str | Program):
@@ -380,7 +345,7 @@ class Communicator:
                                     fastpath.NAME)
         recv = b.reshape(-1)
         send = a.reshape(-1)
-        if not _in_place(send, recv, self.rank) and np.may_share_memory(send, recv):
+        if not in_place(send, recv, self.rank) and np.may_share_memory(send, recv):
             send = send.copy()
         self._fast.small_allreduce(send, recv, reduce, seq, signature,
                                    self._deadline(timeout))
@@ -447,7 +412,7 @@ class Communicator:
             self._signatures[key] = signature
         return signature
 
-    def _run(self, call: _Call, timeout: float | None, seq: int, entry) -> None:
+    def _run(self, call: Call, timeout: float | None, seq: int, entry) -> None:
         coll = call.collective
         dtype = call.send.dtype
         nbytes = call.unit * dtype.itemsize
@@ -458,7 +423,7 @@ class Communicator:
         root = call.root if coll in _ROOTED else None
         send, recv = flat(call.send), flat(call.recv)
         fast = name == fastpath.NAME
-        if (coll is not Collective.BROADCAST and not (fast and _in_place(send, recv, self.rank))
+        if (coll is not Collective.BROADCAST and not (fast and in_place(send, recv, self.rank))
                 and np.may_share_memory(send, recv)):
             send = send.copy()  # a program may read input it has already overwritten
         signature = self._signature(coll, dtype, nbytes, call.op, call.root, name)
@@ -522,21 +487,3 @@ class Communicator:
                 fr.complete(entry)
 
         return self._dispatch(work, result, async_op)
-
-
-def check_timeout(timeout: float, what: str) -> float:
-    """``timeout`` (s) if it is a finite number above zero, else ``CommflowError``."""
-    if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
-        raise CommflowError(f"{what}: timeout must be a finite number of seconds above 0, got "
-                            f"{timeout!r}")
-    return float(timeout)
-
-
-def _in_place(send: np.ndarray, recv: np.ndarray, rank: int) -> bool:
-    """Whether ``send`` and ``recv`` (flat) are an in-place call the fast path handles without
-    a copy: the same buffer, or the smaller one exactly at block ``rank`` of the larger
-    (allgather/gather input, reduce-scatter/scatter output). Any other overlap is copied."""
-    small, large = sorted((send, recv), key=lambda a: a.nbytes)
-    return (small.nbytes > 0 and large.nbytes % small.nbytes == 0
-            and small.ctypes.data == large.ctypes.data + rank * small.nbytes
-            and (rank + 1) * small.nbytes <= large.nbytes)

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from commflow.errors import CommflowError
+from commflow.runtime.calls import check_timeout
 from commflow.runtime.cluster import link_delay
-from commflow.runtime.communicator import Communicator, check_timeout
+from commflow.runtime.communicator import Communicator
 from commflow.runtime.protocol import checksum_from_env
 from commflow.runtime.shm import SharedRegion, segment_name
 from commflow.runtime.token import shm_token

@@ -40,12 +40,15 @@ from commflow.runtime.transport.shm import ABORT_MISMATCH
 
 COMPILING = "commflow: compiling the small-message kernels (first use, cached afterwards)..."
 """The line written on standard error before the kernels compile (once per process)."""
-YIELDS = 8
+YIELDS = 128
 """Polls with ``sched_yield`` between them before a waiting rank sleeps on its doorbell, when
-the host has more ranks than CPUs (the peer may be waiting for this CPU). With a CPU per rank
-a waiting rank never yields: on a loaded machine ``sched_yield`` hands the CPU to unrelated
-processes for whole time slices (measured: 8 B allreduce p99 12 ms with 64 yields, 5 us
-without), while a sleeper is woken by the peer's doorbell at once."""
+the host has more ranks than CPUs (the peer may be waiting for this CPU, as Open MPI assumes
+when oversubscribed: it yields without end). 128 halves the median of a 4-rank allreduce on 2
+cores against 8 (8 B: 15-19 us against 39-42 us, Open MPI 8-12 us); more lengthens the tail on
+a loaded machine, where ``sched_yield`` hands the core to other jobs for whole time slices
+(p99 4-8 ms with 1000). With a CPU per rank a waiting rank never yields (8 B allreduce p99
+12 ms with 64 yields on a loaded machine, 5 us without): a sleeper is woken by the peer's
+doorbell at once."""
 _SPIN, _SPIN_SHARED, _POLL_SPIN = 1 << 14, 64, 32
 _OPS = {"sum": 0, "avg": 0, "prod": 1, "min": 2, "max": 3}
 _BOOL_OPS = {"sum": 3, "max": 3, "prod": 2, "min": 2}

@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra, maximum_flow
+from scipy.sparse.csgraph import connected_components, dijkstra, maximum_flow
 
 from commflow.errors import TopologyError
 from commflow.topology.graph import NodeKind, Topology
@@ -69,6 +69,8 @@ class _Router:
         self.switched: dict[int, list[int]] = {}
         self.direct: dict[int, list[int]] = {}
         self.weighted: dict[tuple[int, int], tuple[tuple[Path, float], ...]] = {}
+        self.allowed: dict[int | None, np.ndarray] = {}
+        self.components: dict[int | None, np.ndarray] = {}
         bandwidth = np.array([lk.bandwidth for lk in topology.links], dtype=np.float64)
         self.bandwidth = bandwidth
         self.unit = _unit(bandwidth)
@@ -161,12 +163,12 @@ class _Router:
         bytes/s; else ``()``."""
         nodes = self.topology.nodes
         box = nodes[src].box if nodes[src].box == nodes[dst].box else None
-        allowed = np.array([(not rank or i in (src, dst)) and (box is None or n.box == box)
-                            for i, (n, rank) in enumerate(zip(nodes, self.is_rank, strict=True))])
+        if self._most_flow(src, dst, box) <= ecmp * (1 + _GAIN):
+            return ()
+        allowed = self._allowed(box).copy()
+        allowed[[src, dst]] = True
         keep = (allowed[self.link_src] & allowed[self.link_dst]
                 & (self.link_dst != src) & (self.link_src != dst))
-        if self.bandwidth[keep & (self.link_src == src)].sum() <= ecmp * (1 + _GAIN):
-            return ()
         n = self.topology.nnodes
         graph = csr_matrix((self.capacity[keep], (self.link_src[keep], self.link_dst[keep])),
                            shape=(n, n))
@@ -180,6 +182,48 @@ class _Router:
             if f > 0:
                 flow.setdefault(u, {})[v] = f
         return _decompose(self.topology, flow, src, dst, result.flow_value)
+
+    def _allowed(self, box: int | None) -> np.ndarray:
+        """Switches and NICs a flow may cross: all, or those of ``box``."""
+        found = self.allowed.get(box)
+        if found is None:
+            nodes = self.topology.nodes
+            found = np.array([not rank and (box is None or n.box == box)
+                              for n, rank in zip(nodes, self.is_rank, strict=True)])
+            self.allowed[box] = found
+        return found
+
+    def _components(self, box: int | None) -> np.ndarray:
+        """Connected component of every allowed switch/NIC (-1 for other nodes)."""
+        found = self.components.get(box)
+        if found is None:
+            allowed = self._allowed(box)
+            keep = allowed[self.link_src] & allowed[self.link_dst]
+            n = self.topology.nnodes
+            graph = csr_matrix((np.ones(int(keep.sum())),
+                                (self.link_src[keep], self.link_dst[keep])), shape=(n, n))
+            labels = connected_components(graph, directed=False)[1]
+            found = np.where(allowed, labels, -1)
+            self.components[box] = found
+        return found
+
+    def _most_flow(self, src: int, dst: int, box: int | None) -> float:
+        """An upper bound on the flow from ``src`` to ``dst`` through allowed switches and
+        NICs: a direct link, plus per switch component the lesser of what ``src`` sends into
+        it and what ``dst`` receives from it."""
+        label = self._components(box)
+        sent: Counter[int] = Counter()
+        direct = 0.0
+        for link, nxt in self.out[src]:
+            if nxt == dst:
+                direct += self.bandwidth[link]
+            elif label[nxt] >= 0:
+                sent[label[nxt]] += self.bandwidth[link]
+        got: Counter[int] = Counter()
+        for prev in self.into[dst]:
+            if label[prev] >= 0:
+                got[label[prev]] += self.bandwidth[self.topology._index[(prev, dst)]]
+        return direct + sum(min(v, got[c]) for c, v in sent.items())
 
     @cached_property
     def rank_hops(self) -> np.ndarray:

@@ -5,12 +5,15 @@ bus the ranks share).
 Run: ``.venv/bin/python benchmarks/calibrate_live.py FILE.json ...`` (``commflow bench
 --algo all --json-out`` files). Per rank count and model: the fit on every other measurement
 (``commflow.tune.calibrate``), then the median absolute error on the held-out ones, overall
-and per collective. One markdown row each.
+and per collective. One markdown row each. The held-out half is drawn at random (seeded), so
+every size is both fitted and reported (alternate sizes would leave the largest to
+extrapolation, and the host's caches make that a different regime).
 """
 
 from __future__ import annotations
 
 import json
+import random
 import sys
 
 import numpy as np
@@ -31,8 +34,10 @@ def main(paths: list[str]) -> None:
     for nranks in sorted({m.nranks for m in measured}):
         mine = sorted((m for m in measured if m.nranks == nranks),
                       key=lambda m: (m.collective, m.algo, m.size))
+        random.Random(16).shuffle(mine)
+        half = len(mine) // 2
         for model in ("alphabeta", "flow"):
-            fit = calibrate(mine[::2], evaluate=mine[1::2], model=model)
+            fit = calibrate(mine[:half], evaluate=mine[half:], model=model)
             errors = np.abs(fit.errors())
             per = {}
             for kind in ("allreduce", "allgather", "reducescatter"):
@@ -40,7 +45,7 @@ def main(paths: list[str]) -> None:
                           if m.collective == kind]
                 per[kind] = f"{100 * np.median(picked):.1f}%" if picked else "-"
             bus = "-" if fit.bus_bandwidth is None else f"{fit.bus_bandwidth / 1e9:.2f}"
-            print(f"| {nranks} | {model} | {len(mine[::2])} / {len(mine[1::2])} | "
+            print(f"| {nranks} | {model} | {half} / {len(mine) - half} | "
                   f"{fit.alpha * 1e6:.1f} | {fit.bandwidth / 1e9:.2f} | {bus} | "
                   f"{100 * fit.median_error():.1f}% | {per['allreduce']} | "
                   f"{per['allgather']} | {per['reducescatter']} |", flush=True)

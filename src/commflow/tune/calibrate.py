@@ -157,7 +157,8 @@ def calibrate(measurements: Iterable[Measured], *,
         return np.array([math.log(predict(m, params, programs) / m.time) for m in fit_on])
 
     start = np.log(np.array(_START[:4] if model == "alphabeta" else _START))
-    fitted = least_squares(residuals, start, bounds=(start - 12, start + 12), x_scale=1.0)
+    fitted = least_squares(residuals, start, bounds=(start - 12, start + 12), x_scale=1.0,
+                           loss="soft_l1", f_scale=0.1)
     params = tuple(float(math.exp(v)) for v in fitted.x)
     report = fit_on if evaluate is None else list(evaluate)
     rows = tuple((m, predict(m, params, programs)) for m in report)

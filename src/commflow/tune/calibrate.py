@@ -6,7 +6,8 @@ a full mesh (:func:`commflow.topology.fully_connected`) whose links have latency
 (seconds per message) and bandwidth ``bandwidth`` (bytes/s), with local reductions at
 ``reduce_bandwidth`` and copies at ``copy_bandwidth`` (bytes/s). :func:`calibrate` fits the
 four by least squares on the relative error (log of predicted over measured time, so every size
-weighs the same), simulating each measured program (the registered algorithm the runtime runs,
+weighs the same; a soft-L1 loss, so that a run stalled by the scheduler does not drag the
+fit), simulating each measured program (the registered algorithm the runtime runs,
 ``commflow.algorithms.build`` with its defaults) under the ``alphabeta`` model.
 
 With ``model="flow"`` the host is a memory bus instead (:func:`host_topology`): every rank

@@ -11,7 +11,9 @@ NICs only gives the pair more bandwidth (a slow switch offering a path with as f
 fast one, two switches or NICs side by side, a slow direct link beside a fast switch); then the
 flow's paths, each carrying its share of the flow (adaptive routing that fills links in
 proportion to what they can take). Traffic between two ranks of one box never leaves the box
-on such a flow path, as NCCL never loops intra-node traffic through the network.
+on such a flow path, as NCCL never loops intra-node traffic through the network. Only
+rank-to-rank transfers take flow paths; those to or from switches (in-network aggregation)
+keep ECMP, whose shortest routes are what a switch tree is built on.
 
 Distances are computed once per destination and cached per topology (the cache dies with the
 topology), so ``routes`` costs one breadth-first search per new destination and then time
@@ -152,7 +154,7 @@ class _Router:
         if found is None:
             paths = self.routes(src, dst)
             found = tuple((p, 1.0 / len(paths)) for p in paths)
-            if src != dst:
+            if src != dst and self.is_rank[src] and self.is_rank[dst]:
                 found = self._flow_routes(src, dst, _rate(found, self.bandwidth)) or found
             self.weighted[key] = found
         return found
@@ -326,9 +328,10 @@ def weighted_routes(topology: Topology, src: int, dst: int) -> tuple[tuple[Path,
     """How a transfer from node ``src`` to node ``dst`` moves: ``(path, fraction of the
     bytes)`` pairs whose fractions sum to 1.
 
-    ECMP (:func:`routes`, equal fractions) unless a maximum flow through switches and NICs
-    only (staying inside the box when both nodes are in the same one) carries more; then the
-    paths of that flow, each with its share. Raises ``TopologyError`` as :func:`routes`.
+    ECMP (:func:`routes`, equal fractions) unless both nodes are ranks and a maximum flow
+    through switches and NICs only (staying inside the box when both are in the same one)
+    carries more; then the paths of that flow, each with its share. Raises
+    ``TopologyError`` as :func:`routes`.
     """
     _check_node(topology, src, "source")
     _check_node(topology, dst, "destination")

@@ -38,3 +38,19 @@ def test_records_of_commflow_bench_are_read_and_checked():
         from_records([{"impl": "commflow"}])
     with pytest.raises(CommflowError, match="at least 4"):
         calibrate(synthetic()[:3])
+
+
+def test_the_flow_model_on_a_memory_bus_recovers_its_parameters():
+    truth = (12e-6, 3e9, 6e9, 9e9, 4e9)  # the bus below two ports: 4 ranks contend
+    runs = [Measured(c, a, n, s, 1.0) for c, a, n in CASES[1:] for s in SIZES[::2]]
+    measured = [Measured(m.collective, m.algo, m.nranks, m.size, predict(m, truth))
+                for m in runs]
+    result = calibrate(measured, model="flow")
+    assert result.model == "flow"
+    assert result.bus_bandwidth == pytest.approx(truth[4], rel=0.05)
+    assert result.median_error() < 0.01
+    slow = predict(Measured("allgather", "direct", 4, 1 << 24, 1.0), truth)
+    fast = predict(Measured("allgather", "direct", 4, 1 << 24, 1.0), (*truth[:4], 1e12))
+    assert slow > 1.5 * fast  # the bus, not the ports, bounds 4 ranks' transfers
+    with pytest.raises(CommflowError, match="unknown model"):
+        calibrate(measured, model="mesh")

@@ -25,6 +25,7 @@ from commflow.errors import AlgorithmError, CommflowError
 from commflow.runtime import DEFAULT_TIMEOUT, OPS, algorithm_names, dtype_of, fastpath
 from commflow.runtime.launcher import usable_cpus
 from commflow.runtime.programs import check_algorithm, is_program_file
+from commflow.tune import Versus, versus_fixed
 
 BenchProgress = Callable[[str, int, int], None]
 """Called as ``progress(impl, done, total)`` with the sizes done and to do."""
@@ -170,6 +171,17 @@ class BenchReport:
             for m in self.measurements
             if m.impl == peer and (m.size, m.inplace) in ours and m.busbw > 0
         }
+
+    def auto_versus_fixed(self, *, inplace: bool = False) -> Versus | None:
+        """``auto`` against the fastest fixed commflow algorithm at each size of the run and
+        over the sweep (:func:`commflow.tune.versus_fixed`); ``None`` unless ``auto`` and a
+        fixed algorithm both ran."""
+        rows = [(m.algo, m.size, m.time.median) for m in self.measurements
+                if m.impl == "commflow" and m.inplace == inplace]
+        algos = {algo for algo, _, _ in rows}
+        if "auto" not in algos or len(algos) < 2:
+            return None
+        return versus_fixed(rows)
 
     def best_algorithms(self) -> list[Measurement]:
         """commflow's fastest algorithm (largest busbw) per size and placement."""

@@ -237,6 +237,20 @@ def _print(report: BenchReport) -> None:
                 f"{number(usec(m.time.median)):>11} us{number(gbps(m.busbw)):>8} GB/s",
                 markup=False,
             )
+        for inplace in (False, True):
+            versus = report.auto_versus_fixed(inplace=inplace)
+            if versus is None:
+                continue
+            place = "in-place" if inplace else "out-of-place"
+            worst = versus.worst()
+            fixed = min((t, n) for n, t in versus.totals.items() if n != "auto")
+            out.print(
+                f"# auto {place}: at most {number(worst.ratio)}x the fastest fixed algorithm "
+                f"({worst.best} at {format_size(worst.size)}); over the sweep "
+                f"{number(usec(versus.totals['auto']))} us, the best fixed algorithm "
+                f"{fixed[1]} {number(usec(fixed[0]))} us (commflow.tune.versus_fixed)",
+                markup=False,
+            )
     out.print("#", markup=False)
     for note in report.notes:
         out.print(f"# {note}", markup=False)

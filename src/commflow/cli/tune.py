@@ -114,12 +114,18 @@ def calibrate(
         help="Fit on every other measurement and report the others (else fit and report all).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the fit and rows as JSON."),
+    model: str = typer.Option(
+        "alphabeta", "--model",
+        help="alphabeta (a full mesh) or flow (a memory bus all transfers share).",
+    ),
 ) -> None:
-    """Fit the shared-memory transport (latency, bandwidth, reduce and copy bandwidth) to
-    measured runs and print the simulator's error on each measurement.
+    """Fit the shared-memory transport (latency, bandwidth, reduce and copy bandwidth; with
+    --model flow also the bus bandwidth) to measured runs and print the simulator's error on
+    each measurement.
 
     Uses the out-of-place runs of registered algorithms in the records; the model is a full
-    mesh of ranks under the alphabeta simulator (docs/tuning.md).
+    mesh of ranks under the alphabeta simulator, or a memory bus under the flow simulator
+    (docs/tuning.md).
 
     [bold]Examples[/bold]
 
@@ -136,13 +142,18 @@ def calibrate(
         except (OSError, ValueError) as error:
             raise CommflowError(f"cannot read bench records {path}: {error}") from None
     measured = from_records(records)
-    result = fit(measured[::2], evaluate=measured[1::2]) if holdout else fit(measured)
+    result = (fit(measured[::2], evaluate=measured[1::2], model=model) if holdout
+              else fit(measured, model=model))
+    bus = "" if result.bus_bandwidth is None else (
+        f", bus {number(result.bus_bandwidth / 1e9)} GB/s")
     errors = result.errors()
     if as_json:
         echo_json({
             "alpha_us": result.alpha * 1e6, "bandwidth": result.bandwidth / 1e9,
             "reduce_bandwidth": result.reduce_bandwidth / 1e9,
-            "copy_bandwidth": result.copy_bandwidth / 1e9,
+            "copy_bandwidth": result.copy_bandwidth / 1e9, "model": result.model,
+            "bus_bandwidth": None if result.bus_bandwidth is None
+            else result.bus_bandwidth / 1e9,
             "median_abs_error": result.median_error(), "holdout": holdout,
             "rows": [{"collective": m.collective, "algo": m.algo, "nranks": m.nranks,
                       "size": m.size, "time_us": m.time * 1e6, "predicted_us": p * 1e6}
@@ -153,7 +164,7 @@ def calibrate(
     out.print(f"# fit on {used} of {len(measured)} measurements: alpha "
               f"{number(result.alpha * 1e6)} us, bandwidth {number(result.bandwidth / 1e9)} GB/s, "
               f"reduce {number(result.reduce_bandwidth / 1e9)} GB/s, copy "
-              f"{number(result.copy_bandwidth / 1e9)} GB/s")
+              f"{number(result.copy_bandwidth / 1e9)} GB/s{bus} ({result.model} model)")
     rows = table("collective", "algo", "ranks", "size", "time(us)", "predicted(us)", "error")
     for (m, p), e in zip(result.rows, errors, strict=True):
         rows.add_row(m.collective, m.algo, str(m.nranks), format_size(m.size),

@@ -2,10 +2,11 @@
 
 Participants are placed on topology nodes (:func:`place`). Every send then names a
 *connection*: the ordered pair (sending participant, receiving participant). A connection
-between nodes ``u != v`` follows all equal-cost shortest routes of
-:func:`commflow.topology.routing.routes` at once, its traffic split evenly across them
-(packet spraying): a link on ``k`` of its ``m`` routes carries the fraction ``k/m`` of every
-message. A connection inside one node uses no link and costs nothing. The latency of a
+between nodes ``u != v`` follows all routes of :func:`commflow.topology.routing.weighted_routes`
+at once, its traffic split across them by their fractions: evenly over the equal-cost shortest
+routes (packet spraying: a link on ``k`` of ``m`` routes carries ``k/m`` of every message)
+unless a maximum flow through switches gives the pair more bandwidth. A connection inside one
+node uses no link and costs nothing. The latency of a
 connection is the sum of the link latencies of one route, averaged over its routes (they are
 equal-cost in hops, and equal in seconds whenever links on the same level share a latency).
 
@@ -24,7 +25,7 @@ from commflow.errors import SimulationError, TopologyError
 from commflow.ir import Op, ParticipantKind, Program
 from commflow.sim.kernels import number_connections
 from commflow.topology.graph import NodeKind, Topology
-from commflow.topology.routing import prefetch_routes, routes
+from commflow.topology.routing import prefetch_routes, weighted_routes
 
 
 def gather_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -165,15 +166,18 @@ class Connections:
         if u == v:
             return [], []
         try:
-            paths = routes(topology, u, v)
+            paths = weighted_routes(topology, u, v)
         except TopologyError as err:
             raise SimulationError(
                 f"{program.name}: participant {self.senders[c]} (node {u}) sends to participant "
                 f"{self.receivers[c]} (node {v}) but {err}"
             ) from err
-        uses = Counter(link for path in paths for link in path)
+        uses: Counter[int] = Counter()
+        for path, share in paths:
+            for link in path:
+                uses[link] += share
         ordered = sorted(uses)
-        return ordered, [uses[link] / len(paths) for link in ordered]
+        return ordered, [uses[link] for link in ordered]
 
     def _contended(self, lowest: np.ndarray, highest: np.ndarray) -> np.ndarray:
         """Per connection, whether one of its links is also crossed by sends of another stream

@@ -26,6 +26,7 @@ from commflow.synth.api import (
     step_budget,
     synthesize,
 )
+from commflow.synth.bound_check import BoundWarning, check_trees
 from commflow.synth.boxes import by_box
 from commflow.synth.for_target import PIECES_TRIED, synthesize_for
 from commflow.synth.forest import Forest, forest, mirror
@@ -38,6 +39,8 @@ from commflow.synth.streams import lower_streams
 from commflow.synth.trees import TreePacking, WeightedTree, integral_shares, pack_trees
 
 __all__ = [
+    "BoundWarning",
+    "check_trees",
     "Forest",
     "by_box",
     "forest",

@@ -10,6 +10,7 @@ from commflow.collectives import Collective, check_root, parse_collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program
 from commflow.synth.alltoall_lp import alltoall_flow, alltoall_program
+from commflow.synth.bound_check import check_trees
 from commflow.synth.boxes import by_box, dedicated_edges
 from commflow.synth.forest import Forest, at_bound, cut_bound, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
@@ -177,6 +178,11 @@ def _tree_program(
                 down, _ = integral_shares(edges, pack_trees(edges, roots), units=[up_units])
                 methods.add(False)
         units = up_units
+    what = f"{kind.value} on {topology.name}"
+    if down:
+        check_trees(what, edges, down, roots)
+    if up:
+        check_trees(what, edges.reversed(), up, roots)
     if pieces is None:
         most = step_budget(topology.nranks) // steps_per_piece(kind, topology.nranks, units)
         pieces = max(1, min(PIECES_PER_LEVEL * (depth(down) + depth(up)), most))

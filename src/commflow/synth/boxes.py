@@ -169,11 +169,13 @@ def _subgraph(
     name: str, topology: Topology, order: list[int], links: list[Link], keep: set[int]
 ) -> Topology:
     """``links`` (between nodes of ``topology``) over the nodes of ``keep`` and those they
-    touch, renumbered in the order of ``order``."""
+    touch, renumbered in the order of ``order``; nodes of a box are put in box 0, those
+    outside every box stay outside (routes between the box's ranks do not leave it)."""
     touched = {lk.src for lk in links} | {lk.dst for lk in links} | keep
     position = {v: i for i, v in enumerate(v for v in order if v in touched)}
     return make_topology(
         name,
-        [replace(topology.nodes[v], id=i, box=0) for v, i in position.items()],
+        [replace(topology.nodes[v], id=i, box=None if topology.nodes[v].box is None else 0)
+         for v, i in position.items()],
         [replace(lk, src=position[lk.src], dst=position[lk.dst]) for lk in links],
     )

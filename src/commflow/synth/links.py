@@ -1,11 +1,12 @@
 """Logical rank-to-rank edges of a topology and the physical link load each one causes.
 
-A program's transfer from rank ``u`` to rank ``v`` follows every equal-cost shortest route of
-:func:`commflow.topology.routes` at once, as the simulator does (packet spraying): a link on
-``k`` of the ``m`` routes carries ``k/m`` of the bytes. A *logical edge* is a pair whose routes
-pass through switches and NICs only (never through another rank); splitting the switches off
-this way (ForestColl's edge splitting, done by the router) leaves a graph on the ranks alone in
-which trees can be packed.
+A program's transfer from rank ``u`` to rank ``v`` follows every route of
+:func:`commflow.topology.weighted_routes` at once, as the simulator does: a link carries the
+fractions of the routes through it (ECMP's ``k/m`` for a link on ``k`` of ``m`` equal-cost
+routes, or a maximum flow's shares where the bandwidths call for it). A *logical edge* is a
+pair whose routes pass through switches and NICs only (never through another rank); splitting
+the switches off this way (ForestColl's edge splitting, done by the router) leaves a graph on
+the ranks alone in which trees can be packed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import scipy.sparse as sp
 
 from commflow.errors import TopologyError
 from commflow.topology.graph import Topology
-from commflow.topology.routing import routes
+from commflow.topology.routing import weighted_routes
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,16 +77,16 @@ def logical_edges(topology: Topology) -> LogicalEdges:
         for v in range(n):
             if u == v:
                 continue
-            paths = routes(topology, u, v)
-            if any(topology.links[i].dst < n for p in paths for i in p[:-1]):
+            paths = weighted_routes(topology, u, v)
+            if any(topology.links[i].dst < n for p, _ in paths for i in p[:-1]):
                 continue
             e = len(src)
             src.append(u)
             dst.append(v)
-            for p in paths:
+            for p, share in paths:
                 rows.extend([e] * len(p))
                 cols.extend(p)
-                frac.extend([1.0 / len(paths)] * len(p))
+                frac.extend([share] * len(p))
     shape = (len(src), len(topology.links))
     load = sp.csr_array((frac, (rows, cols)), shape=shape)
     load.sum_duplicates()

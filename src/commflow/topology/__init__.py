@@ -9,7 +9,7 @@ from commflow.topology.formats.json_yaml import dump, save
 from commflow.topology.graph import Link, Node, NodeKind, Topology, duplex, make_topology
 from commflow.topology.load import load, presets
 from commflow.topology.rings import nccl_rings, ring_order
-from commflow.topology.routing import diameter, rank_hops, routes
+from commflow.topology.routing import diameter, rank_hops, routes, weighted_routes
 from commflow.topology.synthetic import fat_tree, fully_connected, line, ring, switch, torus
 from commflow.topology.systems import dgx1, dgx2, dgx_a100, dgx_h100, mi250, ndv2
 
@@ -40,6 +40,7 @@ __all__ = [
     "ring",
     "ring_order",
     "routes",
+    "weighted_routes",
     "save",
     "switch",
     "torus",

@@ -1,8 +1,19 @@
-"""Routing on a topology: equal-cost shortest paths (ECMP) and rank-to-rank hop counts.
+"""Routing on a topology: equal-cost shortest paths (ECMP), bandwidth-aware splits, and
+rank-to-rank hop counts.
 
 A path is a tuple of link indices into ``topology.links``. Paths are shortest by hop count and
 never transit a compute rank when a path through switches/NICs only exists; otherwise (direct
 networks such as a ring, a torus, or two DGX-1 GPUs without an NVLink) they may transit ranks.
+
+:func:`weighted_routes` is how traffic actually moves (the simulator and synthesis use it):
+ECMP, each shortest path carrying an equal share, unless a maximum flow through switches and
+NICs only gives the pair more bandwidth (a slow switch offering a path with as few hops as a
+fast one, two switches or NICs side by side, a slow direct link beside a fast switch); then the
+flow's paths, each carrying its share of the flow (adaptive routing that fills links in
+proportion to what they can take). Traffic between two ranks of one box never leaves the box
+on such a flow path, as NCCL never loops intra-node traffic through the network. Only
+rank-to-rank transfers take flow paths; those to or from switches (in-network aggregation)
+keep ECMP, whose shortest routes are what a switch tree is built on.
 
 Distances are computed once per destination and cached per topology (the cache dies with the
 topology), so ``routes`` costs one breadth-first search per new destination and then time
@@ -11,18 +22,26 @@ proportional to the paths it returns.
 
 from __future__ import annotations
 
+import math
 import weakref
+from collections import Counter
 from functools import cached_property
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
+from scipy.sparse.csgraph import connected_components, dijkstra, maximum_flow
 
 from commflow.errors import TopologyError
 from commflow.topology.graph import NodeKind, Topology
 
 Path = tuple[int, ...]
 """A path: link indices into ``topology.links``, in order from source to destination."""
+
+_CAPACITY_STEPS = 2**20
+"""Largest integer capacity of a link in the max-flow searches."""
+
+_GAIN = 1e-6
+"""Relative bandwidth a flow must add over ECMP for :func:`weighted_routes` to take it."""
 
 
 class _Router:
@@ -51,6 +70,14 @@ class _Router:
             self.into[lk.dst].append(lk.src)
         self.switched: dict[int, list[int]] = {}
         self.direct: dict[int, list[int]] = {}
+        self.weighted: dict[tuple[int, int], tuple[tuple[Path, float], ...]] = {}
+        self.allowed: dict[int | None, np.ndarray] = {}
+        self.components: dict[int | None, np.ndarray] = {}
+        bandwidth = np.array([lk.bandwidth for lk in topology.links], dtype=np.float64)
+        self.bandwidth = bandwidth
+        self.unit = _unit(bandwidth)
+        self.capacity = np.maximum(1, np.round(bandwidth / self.unit)).astype(np.int32)
+        self.link_src, self.link_dst = src, dst
 
     def distances(self, dst: int, *, switched: bool) -> list[int]:
         """Hops from every node to ``dst`` (-1 if unreachable); ``switched``: through
@@ -120,6 +147,86 @@ class _Router:
                     stack.append((nxt, (*prefix, link)))
         return tuple(paths)
 
+    def weighted_routes(self, src: int, dst: int) -> tuple[tuple[Path, float], ...]:
+        """ECMP, or the max-flow paths when they carry more (see the module docstring)."""
+        key = (src, dst)
+        found = self.weighted.get(key)
+        if found is None:
+            paths = self.routes(src, dst)
+            found = tuple((p, 1.0 / len(paths)) for p in paths)
+            if src != dst and self.is_rank[src] and self.is_rank[dst]:
+                found = self._flow_routes(src, dst, _rate(found, self.bandwidth)) or found
+            self.weighted[key] = found
+        return found
+
+    def _flow_routes(self, src: int, dst: int, ecmp: float) -> tuple[tuple[Path, float], ...]:
+        """The paths of a maximum flow from ``src`` to ``dst`` through switches and NICs (and
+        inside their box when they share one) with their shares, when it beats ``ecmp``
+        bytes/s; else ``()``."""
+        nodes = self.topology.nodes
+        box = nodes[src].box if nodes[src].box == nodes[dst].box else None
+        if self._most_flow(src, dst, box) <= ecmp * (1 + _GAIN):
+            return ()
+        allowed = self._allowed(box).copy()
+        allowed[[src, dst]] = True
+        keep = (allowed[self.link_src] & allowed[self.link_dst]
+                & (self.link_dst != src) & (self.link_src != dst))
+        n = self.topology.nnodes
+        graph = csr_matrix((self.capacity[keep], (self.link_src[keep], self.link_dst[keep])),
+                           shape=(n, n))
+        result = maximum_flow(graph, src, dst)
+        if result.flow_value * self.unit <= ecmp * (1 + _GAIN):
+            return ()
+        arcs = result.flow.tocoo()
+        flow: dict[int, dict[int, int]] = {}
+        for u, v, f in zip(arcs.row.tolist(), arcs.col.tolist(), arcs.data.tolist(),
+                           strict=True):
+            if f > 0:
+                flow.setdefault(u, {})[v] = f
+        return _decompose(self.topology, flow, src, dst, result.flow_value)
+
+    def _allowed(self, box: int | None) -> np.ndarray:
+        """Switches and NICs a flow may cross: all, or those of ``box``."""
+        found = self.allowed.get(box)
+        if found is None:
+            nodes = self.topology.nodes
+            found = np.array([not rank and (box is None or n.box == box)
+                              for n, rank in zip(nodes, self.is_rank, strict=True)])
+            self.allowed[box] = found
+        return found
+
+    def _components(self, box: int | None) -> np.ndarray:
+        """Connected component of every allowed switch/NIC (-1 for other nodes)."""
+        found = self.components.get(box)
+        if found is None:
+            allowed = self._allowed(box)
+            keep = allowed[self.link_src] & allowed[self.link_dst]
+            n = self.topology.nnodes
+            graph = csr_matrix((np.ones(int(keep.sum())),
+                                (self.link_src[keep], self.link_dst[keep])), shape=(n, n))
+            labels = connected_components(graph, directed=False)[1]
+            found = np.where(allowed, labels, -1)
+            self.components[box] = found
+        return found
+
+    def _most_flow(self, src: int, dst: int, box: int | None) -> float:
+        """An upper bound on the flow from ``src`` to ``dst`` through allowed switches and
+        NICs: a direct link, plus per switch component the lesser of what ``src`` sends into
+        it and what ``dst`` receives from it."""
+        label = self._components(box)
+        sent: Counter[int] = Counter()
+        direct = 0.0
+        for link, nxt in self.out[src]:
+            if nxt == dst:
+                direct += self.bandwidth[link]
+            elif label[nxt] >= 0:
+                sent[label[nxt]] += self.bandwidth[link]
+        got: Counter[int] = Counter()
+        for prev in self.into[dst]:
+            if label[prev] >= 0:
+                got[label[prev]] += self.bandwidth[self.topology._index[(prev, dst)]]
+        return direct + sum(min(v, got[c]) for c, v in sent.items())
+
     @cached_property
     def rank_hops(self) -> np.ndarray:
         """``[src][dst]`` rank-to-rank hops with switches/NICs transparent (-1: unreachable)."""
@@ -133,6 +240,57 @@ class _Router:
         dist = dijkstra(graph, indices=np.arange(t.nranks))[:, : t.nranks]
         hops = np.floor(dist)
         return np.where(np.isinf(hops), -1, hops).astype(np.int64)
+
+
+def _unit(bandwidth: np.ndarray) -> float:
+    """Bytes/s of one integer capacity unit: the bandwidths' greatest common divisor when it
+    keeps every capacity within :data:`_CAPACITY_STEPS` (exact), else the fastest link over
+    :data:`_CAPACITY_STEPS`."""
+    if not len(bandwidth):
+        return 1.0
+    top = float(bandwidth.max())
+    whole = [int(b) for b in bandwidth if float(b).is_integer()]
+    if len(whole) == len(bandwidth):
+        step = math.gcd(*whole)
+        if top / step <= _CAPACITY_STEPS:
+            return float(step)
+    return top / _CAPACITY_STEPS
+
+
+def _rate(routes: tuple[tuple[Path, float], ...], bandwidth: np.ndarray) -> float:
+    """Bytes/s of one transfer split over ``routes``: its busiest link's limit."""
+    load: Counter[int] = Counter()
+    for path, share in routes:
+        for link in path:
+            load[link] += share
+    return min((bandwidth[link] / share for link, share in load.items()), default=np.inf)
+
+
+def _decompose(topology: Topology, flow: dict[int, dict[int, int]], src: int, dst: int,
+               total: int) -> tuple[tuple[Path, float], ...]:
+    """Paths from ``src`` to ``dst`` carrying the integer ``flow`` (``flow[u][v]`` on arc
+    ``u -> v``; consumed), each with its fraction of ``total``; flow on cycles is dropped."""
+    found: list[tuple[Path, float]] = []
+    while flow.get(src):
+        path, node, seen = [], src, {src}
+        while node != dst:
+            nxt = next((v for v in sorted(flow.get(node, {})) if v not in seen), None)
+            if nxt is None:
+                break
+            path.append((node, nxt))
+            seen.add(nxt)
+            node = nxt
+        if node != dst:  # a dead end: the flow on its last arc only runs round a cycle
+            u, v = path[-1]
+            del flow[u][v]
+            continue
+        amount = min(flow[u][v] for u, v in path)
+        for u, v in path:
+            flow[u][v] -= amount
+            if flow[u][v] == 0:
+                del flow[u][v]
+        found.append((tuple(topology._index[(u, v)] for u, v in path), amount / total))
+    return tuple(found)
 
 
 _ROUTERS: weakref.WeakKeyDictionary[Topology, _Router] = weakref.WeakKeyDictionary()
@@ -164,6 +322,20 @@ def routes(topology: Topology, src: int, dst: int) -> tuple[Path, ...]:
     _check_node(topology, src, "source")
     _check_node(topology, dst, "destination")
     return _router(topology).routes(int(src), int(dst))
+
+
+def weighted_routes(topology: Topology, src: int, dst: int) -> tuple[tuple[Path, float], ...]:
+    """How a transfer from node ``src`` to node ``dst`` moves: ``(path, fraction of the
+    bytes)`` pairs whose fractions sum to 1.
+
+    ECMP (:func:`routes`, equal fractions) unless both nodes are ranks and a maximum flow
+    through switches and NICs only (staying inside the box when both are in the same one)
+    carries more; then the paths of that flow, each with its share. Raises
+    ``TopologyError`` as :func:`routes`.
+    """
+    _check_node(topology, src, "source")
+    _check_node(topology, dst, "destination")
+    return _router(topology).weighted_routes(int(src), int(dst))
 
 
 def prefetch_routes(topology: Topology, destinations) -> None:

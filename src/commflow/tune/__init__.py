@@ -13,6 +13,8 @@ this package ranks them by the simulator and picks:
   :class:`~commflow.tuning_table.TuningTable` (JSON, NCCL tuner CSV) for ``commflow tune``.
 - :func:`tune_live`: the fastest algorithm per size range measured on a live communicator
   (successive halving, every rank agreeing), as a table ``auto`` follows.
+- :func:`versus_fixed`: measured ``auto`` against the fastest fixed algorithm per size and
+  over the sweep (``commflow bench --algo all``).
 - :func:`calibrate`: the live transport's latency and bandwidths fitted to measured runs
   (``commflow bench --json``), with the simulator's error on each (``commflow calibrate``).
 """
@@ -29,6 +31,7 @@ from commflow.tune.fastest import (
     choose,
     message_depth,
 )
+from commflow.tune.measured import SizeVerdict, Versus, versus_fixed
 from commflow.tune.offline import Ranked, offline_table, rank, registered
 from commflow.tune.online import live_fingerprint, tune_live
 
@@ -53,4 +56,7 @@ __all__ = [
     "live_fingerprint",
     "registered",
     "tune_live",
+    "SizeVerdict",
+    "Versus",
+    "versus_fixed",
 ]

@@ -6,8 +6,15 @@ a full mesh (:func:`commflow.topology.fully_connected`) whose links have latency
 (seconds per message) and bandwidth ``bandwidth`` (bytes/s), with local reductions at
 ``reduce_bandwidth`` and copies at ``copy_bandwidth`` (bytes/s). :func:`calibrate` fits the
 four by least squares on the relative error (log of predicted over measured time, so every size
-weighs the same), simulating each measured program (the registered algorithm the runtime runs,
+weighs the same; a soft-L1 loss, so that a run stalled by the scheduler does not drag the
+fit), simulating each measured program (the registered algorithm the runtime runs,
 ``commflow.algorithms.build`` with its defaults) under the ``alphabeta`` model.
+
+With ``model="flow"`` the host is a memory bus instead (:func:`host_topology`): every rank
+reaches a hub through a port of ``bandwidth`` (its latency ``alpha``), and all transfers
+cross one hub link of ``bus_bandwidth``, shared fairly by the flow model's water-filling; so
+the ranks' concurrent copies contend as they do for the host's memory. The fit then has a
+fifth parameter, the bus bandwidth.
 """
 
 from __future__ import annotations
@@ -22,10 +29,16 @@ from commflow.algorithms import available, build
 from commflow.errors import CommflowError
 from commflow.ir import Program
 from commflow.sim import simulate
-from commflow.topology import fully_connected
+from commflow.topology import Node, NodeKind, Topology, fully_connected, make_topology
+from commflow.topology.graph import Link
 
-_START = (5e-6, 5e9, 5e9, 10e9)
-"""Starting point of the fit: alpha (s), bandwidth, reduce and copy bandwidth (bytes/s)."""
+_START = (5e-6, 5e9, 5e9, 10e9, 10e9)
+"""Starting point of the fit: alpha (s), bandwidth, reduce, copy and bus bandwidth
+(bytes/s; the last for the flow model only)."""
+
+MODELS = ("alphabeta", "flow")
+"""What :func:`calibrate` fits: a full mesh under the alphabeta model, or a memory bus under
+the flow model."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,10 @@ class Calibration:
     """Bytes/s of a local copy."""
     rows: tuple[tuple[Measured, float], ...]
     """Each measurement with its predicted time (seconds)."""
+    model: str = "alphabeta"
+    """The simulator model fitted (see :data:`MODELS`)."""
+    bus_bandwidth: float | None = None
+    """Bytes/s of the memory bus all transfers share (flow model), else ``None``."""
 
     def errors(self) -> np.ndarray:
         """Relative errors ``(predicted - measured) / measured`` of :attr:`rows`."""
@@ -83,42 +100,68 @@ def from_records(records: Iterable[Mapping[str, object]]) -> list[Measured]:
     return found
 
 
-def predict(measured: Measured, params: tuple[float, float, float, float],
+def host_topology(nranks: int, *, alpha: float, bandwidth: float,
+                  bus_bandwidth: float | None = None) -> Topology:
+    """The ranks of one host: a full mesh of ``bandwidth`` links of latency ``alpha``, or with
+    ``bus_bandwidth`` a memory bus (ranks -> port of ``bandwidth``, latency ``alpha`` -> one
+    shared hub link of ``bus_bandwidth`` -> port -> ranks)."""
+    if bus_bandwidth is None:
+        return fully_connected(nranks, bandwidth=bandwidth, latency=alpha)
+    nodes = [Node(i, NodeKind.RANK, f"rank{i}", 0) for i in range(nranks)]
+    nodes += [Node(nranks, NodeKind.SWITCH, "bus-in", 0),
+              Node(nranks + 1, NodeKind.SWITCH, "bus-out", 0)]
+    links = [Link(nranks, nranks + 1, bus_bandwidth, 0.0)]
+    for r in range(nranks):
+        links += [Link(r, nranks, bandwidth, alpha), Link(nranks + 1, r, bandwidth, 0.0)]
+    return make_topology(f"host bus {nranks} ranks", nodes, links)
+
+
+def predict(measured: Measured, params: tuple[float, ...],
             programs: dict[tuple[str, str, int], Program] | None = None) -> float:
     """Simulated seconds of one measurement under ``params`` = ``(alpha, bandwidth,
-    reduce_bandwidth, copy_bandwidth)``."""
-    alpha, bandwidth, reduce_bw, copy_bw = params
+    reduce_bandwidth, copy_bandwidth)`` (alphabeta model, full mesh), or with a fifth,
+    ``bus_bandwidth``, the flow model on :func:`host_topology`'s bus."""
+    alpha, bandwidth, reduce_bw, copy_bw = params[:4]
+    bus = params[4] if len(params) > 4 else None
     key = (measured.collective, measured.algo, measured.nranks)
     program = programs.get(key) if programs is not None else None
     if program is None:
         program = build(measured.collective, measured.algo, measured.nranks)
         if programs is not None:
             programs[key] = program
-    mesh = fully_connected(measured.nranks, bandwidth=bandwidth, latency=alpha)
-    return simulate(program, mesh, measured.size, model="alphabeta",
+    host = host_topology(measured.nranks, alpha=alpha, bandwidth=bandwidth, bus_bandwidth=bus)
+    return simulate(program, host, measured.size, model="alphabeta" if bus is None else "flow",
                     reduce_bandwidth=reduce_bw, copy_bandwidth=copy_bw).time
 
 
 def calibrate(measurements: Iterable[Measured], *,
-              evaluate: Iterable[Measured] | None = None) -> Calibration:
-    """Fit ``alpha``, ``bandwidth``, ``reduce_bandwidth`` and ``copy_bandwidth`` to
-    ``measurements`` (see the module docstring); the rows report ``evaluate`` (default: the
-    measurements themselves; pass held-out ones to see the error on runs the fit did not see).
-    Raises ``CommflowError`` with fewer than 4 measurements."""
+              evaluate: Iterable[Measured] | None = None,
+              model: str = "alphabeta") -> Calibration:
+    """Fit ``alpha``, ``bandwidth``, ``reduce_bandwidth`` and ``copy_bandwidth`` (and for
+    ``model="flow"`` the ``bus_bandwidth``) to ``measurements`` (see the module docstring);
+    the rows report ``evaluate`` (default: the measurements themselves; pass held-out ones to
+    see the error on runs the fit did not see). Raises ``CommflowError`` for an unknown model
+    or fewer measurements than parameters."""
     from scipy.optimize import least_squares
 
+    if model not in MODELS:
+        raise CommflowError(f"calibrate: unknown model {model!r}; use one of "
+                            f"{', '.join(MODELS)}")
     fit_on = list(measurements)
-    if len(fit_on) < 4:
-        raise CommflowError(f"calibration needs at least 4 measurements, got {len(fit_on)}")
+    if len(fit_on) < 4 + (model == "flow"):
+        raise CommflowError(f"calibration needs at least {4 + (model == 'flow')} "
+                            f"measurements, got {len(fit_on)}")
     programs: dict[tuple[str, str, int], Program] = {}
 
     def residuals(logs: np.ndarray) -> np.ndarray:
         params = tuple(float(math.exp(v)) for v in logs)
         return np.array([math.log(predict(m, params, programs) / m.time) for m in fit_on])
 
-    start = np.log(np.array(_START))
-    fitted = least_squares(residuals, start, bounds=(start - 12, start + 12), x_scale=1.0)
+    start = np.log(np.array(_START[:4] if model == "alphabeta" else _START))
+    fitted = least_squares(residuals, start, bounds=(start - 12, start + 12), x_scale=1.0,
+                           loss="soft_l1", f_scale=0.1)
     params = tuple(float(math.exp(v)) for v in fitted.x)
     report = fit_on if evaluate is None else list(evaluate)
     rows = tuple((m, predict(m, params, programs)) for m in report)
-    return Calibration(*params, rows=rows)
+    return Calibration(*params[:4], rows=rows, model=model,
+                       bus_bandwidth=params[4] if len(params) > 4 else None)

@@ -44,6 +44,24 @@ def test_max_restarts_starts_the_job_again_until_it_succeeds(tmp_path):
     assert sorted(done.stdout.splitlines()) == [line for line in shown if "] attempt" in line]
 
 
+def test_a_four_rank_world_killed_mid_collective_restarts_and_computes_exactly(tmp_path):
+    script = tmp_path / "four.py"
+    script.write_text(
+        "import os, signal\nimport numpy as np\nimport commflow\n"
+        "attempt = int(os.environ['COMMFLOW_RESTART_COUNT'])\ncomm = commflow.init()\n"
+        "x = np.arange(1024, dtype=np.float64) * (comm.rank + 1)\n"
+        "for step in range(20):\n"
+        "    if attempt == 0 and step == 5 and comm.rank == 2:\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    total = comm.allreduce(x, algo='ring')\n"
+        "assert np.array_equal(total, np.arange(1024) * 10.0)\n"
+        "print('attempt', attempt, 'exact')\n")
+    status, out, err = run_launch([str(script)], 4, max_restarts=1, timeout=120)
+    assert status == 0, err
+    assert sorted(out.splitlines()) == [f"[rank {r}] attempt 1 exact" for r in range(4)]
+    assert "[commflow run] restarting every rank: restart 1 of 1" in err.splitlines()
+
+
 def test_max_restarts_gives_up_with_the_last_attempts_status(tmp_path):
     script = tmp_path / "fail.py"
     script.write_text("import os, sys\nprint(os.environ['COMMFLOW_RESTART_COUNT'], "

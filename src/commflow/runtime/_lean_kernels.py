@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import carray, njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 DONE = 0
@@ -78,6 +79,17 @@ def _fence(typingctx):
     return types.void(), codegen
 
 
+@intrinsic
+def _sched_yield(typingctx):
+    """libc's ``sched_yield()``: give the CPU to another runnable thread of this core."""
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []),
+                                            "sched_yield")
+        builder.call(fn, [])
+        return context.get_dummy_value()
+    return types.void(), codegen
+
+
 @njit(cache=True)
 def _post(flags, bells, me, n, epoch, seq, digest, comm):
     """Post this rank's current call and raise its flag to ``epoch``; ring every peer's
@@ -101,9 +113,10 @@ def _post(flags, bells, me, n, epoch, seq, digest, comm):
 
 
 @njit(cache=True)
-def _arrived(flags, me, n, epoch, seq, digest, spin):
-    """Spin at most ``spin`` rounds until every peer's flag reaches ``epoch``; then compare
-    their sequence numbers and digests. Returns DONE, WAITING or MISMATCH + rank."""
+def _arrived(flags, me, n, epoch, seq, digest, spin, yielding):
+    """Spin at most ``spin`` rounds until every peer's flag reaches ``epoch`` (``yielding``:
+    with ``sched_yield`` between rounds, for more ranks than CPUs); then compare their
+    sequence numbers and digests. Returns DONE, WAITING or MISMATCH + rank."""
     slot = (2 + 2 * (epoch % 2)) * 8
     for _ in range(spin):
         ready = True
@@ -117,18 +130,20 @@ def _arrived(flags, me, n, epoch, seq, digest, spin):
                 if r != me and (_load64(theirs) != seq or _load64(theirs + 8) != digest):
                     return MISMATCH + r
             return DONE
+        if yielding:
+            _sched_yield()
     return WAITING
 
 
 def context(*, stages: tuple[int, int], stride: int, flags: int, bells: int, me: int, n: int,
-            op: int, spin: int, poll_spin: int, digest: int) -> np.ndarray:
+            op: int, spin: int, poll_spin: int, digest: int, yielding: bool) -> np.ndarray:
     """The constants of one kind of call, as the kernels read them from the array's address
     (one argument costs a call less than eight): the two staging halves of rank 0, the
-    stride between ranks' stages, the flag and doorbell lines of rank 0, ``me, n, op, spin``
-    packed, the same with ``poll_spin``, and the signature digest. Keep the array alive while
-    its address is used."""
+    stride between ranks' stages, the flag and doorbell lines of rank 0, ``me, n, op, spin,
+    yielding`` packed, the same with ``poll_spin``, and the signature digest. Keep the array
+    alive while its address is used."""
     def packed(rounds: int) -> int:
-        return me | n << 16 | op << 32 | rounds << 40
+        return me | n << 16 | op << 32 | int(yielding) << 39 | rounds << 40
 
     return np.array([*stages, stride, flags, bells, packed(spin), packed(poll_spin), digest],
                     np.int64)
@@ -136,7 +151,7 @@ def context(*, stages: tuple[int, int], stride: int, flags: int, bells: int, me:
 
 @njit(cache=True, inline="always")
 def _unpack(ctx):
-    return ctx & 0xFFFF, ctx >> 16 & 0xFFFF, ctx >> 32 & 0xFF, ctx >> 40
+    return ctx & 0xFFFF, ctx >> 16 & 0xFFFF, ctx >> 32 & 0x7F, ctx >> 40, ctx >> 39 & 1
 
 
 @njit(cache=True)
@@ -175,13 +190,13 @@ def allreduce(send, recv, ctx, half, epoch, seq):
         return -1
     stage, stride, flags, bells = _load64(ctx + half * 8), _load64(ctx + 16), \
         _load64(ctx + 24), _load64(ctx + 32)
-    me, n, op, spin = _unpack(_load64(ctx + 40))
+    me, n, op, spin, yielding = _unpack(_load64(ctx + 40))
     digest = _load64(ctx + 56)
     own = carray(_pointer(stage + me * stride), (m,), send.dtype)
     for i in range(m):
         own[i] = send[i]
     wake = _post(flags, bells, me, n, epoch, seq, digest, 0)
-    status = _arrived(flags, me, n, epoch, seq, digest, spin)
+    status = _arrived(flags, me, n, epoch, seq, digest, spin, yielding)
     if status == DONE:
         _reduce(recv, stage, stride, n, op)
     return 2 * status + wake
@@ -192,8 +207,8 @@ def complete(recv, ctx, half, epoch, seq):
     """:func:`allreduce` after its post: wait up to ``poll_spin`` rounds more, then reduce;
     returns the status."""
     stage, stride, flags = _load64(ctx + half * 8), _load64(ctx + 16), _load64(ctx + 24)
-    me, n, op, spin = _unpack(_load64(ctx + 48))
-    status = _arrived(flags, me, n, epoch, seq, _load64(ctx + 56), spin)
+    me, n, op, spin, yielding = _unpack(_load64(ctx + 48))
+    status = _arrived(flags, me, n, epoch, seq, _load64(ctx + 56), spin, yielding)
     if status == DONE:
         _reduce(recv, stage, stride, n, op)
     return status
@@ -203,14 +218,14 @@ def complete(recv, ctx, half, epoch, seq):
 def barrier(ctx, epoch, seq):
     """Post, then wait up to ``spin`` rounds; returns ``2 * status + wake``."""
     flags, bells, digest = _load64(ctx + 24), _load64(ctx + 32), _load64(ctx + 56)
-    me, n, _, spin = _unpack(_load64(ctx + 40))
+    me, n, _, spin, yielding = _unpack(_load64(ctx + 40))
     wake = _post(flags, bells, me, n, epoch, seq, digest, 0)
-    return 2 * _arrived(flags, me, n, epoch, seq, digest, spin) + wake
+    return 2 * _arrived(flags, me, n, epoch, seq, digest, spin, yielding) + wake
 
 
 @njit(cache=True)
 def arrived(ctx, epoch, seq):
     """:func:`barrier` after its post: wait up to ``poll_spin`` rounds more; returns the
     status."""
-    me, n, _, spin = _unpack(_load64(ctx + 48))
-    return _arrived(_load64(ctx + 24), me, n, epoch, seq, _load64(ctx + 56), spin)
+    me, n, _, spin, yielding = _unpack(_load64(ctx + 48))
+    return _arrived(_load64(ctx + 24), me, n, epoch, seq, _load64(ctx + 56), spin, yielding)

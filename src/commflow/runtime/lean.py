@@ -41,15 +41,17 @@ from commflow.runtime.transport.shm import ABORT_MISMATCH
 COMPILING = "commflow: compiling the small-message kernels (first use, cached afterwards)..."
 """The line written on standard error before the kernels compile (once per process)."""
 YIELDS = 128
-"""Polls with ``sched_yield`` between them before a waiting rank sleeps on its doorbell, when
-the host has more ranks than CPUs (the peer may be waiting for this CPU, as Open MPI assumes
-when oversubscribed: it yields without end). 128 halves the median of a 4-rank allreduce on 2
-cores against 8 (8 B: 15-19 us against 39-42 us, Open MPI 8-12 us); more lengthens the tail on
-a loaded machine, where ``sched_yield`` hands the core to other jobs for whole time slices
-(p99 4-8 ms with 1000). With a CPU per rank a waiting rank never yields (8 B allreduce p99
-12 ms with 64 yields on a loaded machine, 5 us without): a sleeper is woken by the peer's
-doorbell at once."""
-_SPIN, _SPIN_SHARED, _POLL_SPIN = 1 << 14, 64, 32
+"""``sched_yield`` calls, one between two polls of the peers' flags, before a waiting rank
+sleeps on its doorbell when the host has more ranks than CPUs (the peer may be waiting for
+this CPU, as Open MPI assumes when oversubscribed: it yields without end). The kernels yield
+(compiled: a Python loop costs a few us a round) in polls of ``_POLL_YIELDS`` rounds, with the
+deadline, abort and dead-peer checks between polls. 128 in Python halved the median of a
+4-rank allreduce on 2 cores against 8 (8 B: 15-19 us against 39-42 us); more lengthens the
+tail on a loaded machine, where ``sched_yield`` hands the core to other jobs for whole time
+slices (p99 4-8 ms with 1000). With a CPU per rank a waiting rank never yields (8 B
+allreduce p99 12 ms with 64 yields on a loaded machine, 5 us without): a sleeper is woken by
+the peer's doorbell at once."""
+_SPIN, _SPIN_SHARED, _POLL_SPIN, _POLL_YIELDS = 1 << 14, 64, 32, 16
 _OPS = {"sum": 0, "avg": 0, "prod": 1, "min": 2, "max": 3}
 _BOOL_OPS = {"sum": 3, "max": 3, "prod": 2, "min": 2}
 _BARRIER = Signature("collective", "barrier", "none", 0, "none", 0, fastpath.NAME)
@@ -94,8 +96,9 @@ class LeanPath:
         self._flags = base + layout.flags_offset
         self._bells = host.bell_addr[0]
         shared = layout.nlocal > (os.cpu_count() or 1)
+        self._shared = shared
         self._spin = _SPIN_SHARED if shared else _SPIN
-        self._yields = YIELDS if shared else 0
+        self._polls = YIELDS // _POLL_YIELDS if shared else 0
         self._plans: dict[tuple, tuple | None] = {}
         self._dtype = self._op = self._nbytes = self._last = None
         self._barrier_kernel = self._barrier_poll = self._barrier_constants = None
@@ -194,10 +197,12 @@ class LeanPath:
 
     def _context(self, kernel, op: int, signature: Signature) -> np.ndarray:
         """The kernels' constants for calls with operator code ``op`` and ``signature``."""
+        poll = _POLL_YIELDS if self._shared else _POLL_SPIN
         return kernel.context(stages=self._stage, stride=self._stride, flags=self._flags,
                               bells=self._bells, me=self._me, n=self._n, op=op,
-                              spin=self._spin, poll_spin=_POLL_SPIN,
-                              digest=signature.digest & 0x7FFF_FFFF_FFFF_FFFF)
+                              spin=self._spin, poll_spin=poll,
+                              digest=signature.digest & 0x7FFF_FFFF_FFFF_FFFF,
+                              yielding=self._shared)
 
     # -- barrier ------------------------------------------------------------------------------
     def barrier(self, timeout: float | None) -> bool:
@@ -268,8 +273,8 @@ class LeanPath:
                     f"{signature.collective} #{seq} (shm) on rank {me}: timed out waiting "
                     f"for ranks {pending}", op=signature.collective, seq=seq,
                     peers=tuple(pending))
-            if rounds <= self._yields:
-                os.sched_yield()
+            if rounds <= self._polls:
+                pass  # poll() yields between its rounds (compiled)
             elif bell[0]:
                 bell[0] = 0
             else:

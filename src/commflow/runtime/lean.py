@@ -45,10 +45,10 @@ YIELDS = 128
 sleeps on its doorbell when the host has more ranks than CPUs (the peer may be waiting for
 this CPU, as Open MPI assumes when oversubscribed: it yields without end). The kernels yield
 (compiled: a Python loop costs a few us a round) in polls of ``_POLL_YIELDS`` rounds, with the
-deadline, abort and dead-peer checks between polls. 128 in Python halved the median of a
-4-rank allreduce on 2 cores against 8 (8 B: 15-19 us against 39-42 us); more lengthens the
-tail on a loaded machine, where ``sched_yield`` hands the core to other jobs for whole time
-slices (p99 4-8 ms with 1000). With a CPU per rank a waiting rank never yields (8 B
+deadline, abort and dead-peer checks between polls: a 4-rank allreduce of 8 B on 2 cores
+takes 7-12 us (Open MPI 9-12 us; 39-42 us with 8 yields from Python). More lengthens the tail
+on a loaded machine, where ``sched_yield`` hands the core to other jobs for whole time slices
+(p99 4-8 ms with 1000). With a CPU per rank a waiting rank never yields (8 B
 allreduce p99 12 ms with 64 yields on a loaded machine, 5 us without): a sleeper is woken by
 the peer's doorbell at once."""
 _SPIN, _SPIN_SHARED, _POLL_SPIN, _POLL_YIELDS = 1 << 14, 64, 32, 16

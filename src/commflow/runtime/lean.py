@@ -12,9 +12,9 @@ kernel finished; a call that has to wait is recorded as started first). Reductio
 rank order from the staged copies, so every rank gets the same, numpy-exact result, whatever
 ``out`` overlaps.
 
-Waiting: the kernel spins a bounded number of rounds (a short one when the host has more
-ranks than CPUs, where the rank then also yields its CPU between short polls a few times);
-then the rank sleeps on its doorbell in slices, checking the deadline (``CommTimeoutError``),
+Waiting: the kernel spins a bounded number of rounds (when the host has more ranks than
+CPUs, a few polls with ``sched_yield`` between them, :data:`YIELDS` in all); then the rank
+sleeps on its doorbell in slices, checking the deadline (``CommTimeoutError``),
 aborts, dead peers and peers' current calls (``CommMismatchError``) as the other paths do.
 
 Used for numpy arrays of the types numba compiles (not float16, bfloat16) on the world

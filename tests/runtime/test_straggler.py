@@ -119,3 +119,15 @@ def test_settings_from_the_environment():
         StragglerConfig.from_env({"COMMFLOW_STRAGGLER_WINDOW": "x"})
     with pytest.raises(CommflowError, match="factor must be 0 .off. or a number >= 1"):
         StragglerConfig(factor=0.5)
+
+
+def _quick(comm):
+    x = np.ones(8, np.float32)
+    for _ in range(24):
+        comm.allreduce(x)  # the compiled small-message path: calls that never wait
+    return comm._flight.window
+
+
+def test_windows_close_on_calls_that_never_wait(monkeypatch):
+    monkeypatch.setenv("COMMFLOW_STRAGGLER_WINDOW", "4")
+    assert run_world(_quick, 2) == [6, 6]

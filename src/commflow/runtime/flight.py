@@ -289,6 +289,8 @@ class FlightRecorder:
         r.root = r.peer = None
         r.state = COMPLETED
         r.t_scheduled = r.t_start = r.t_end = _monotonic()
+        if seq >= self.window_end:
+            self._close_window()
 
 
 class DumpWatcher:

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from commflow.cli import main
-from commflow.runtime.launcher import rank_specs, usable_cpus
+from commflow.runtime.launcher import rank_specs
+from commflow.runtime.world import usable_cpus
 
 MODULE = "import os, sys; print(os.environ['RANK'], os.environ['OMP_NUM_THREADS'], sys.argv[1:])"
 

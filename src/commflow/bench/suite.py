@@ -23,8 +23,8 @@ from commflow.bench.spec import RunSpec
 from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.runtime import DEFAULT_TIMEOUT, OPS, algorithm_names, dtype_of, fastpath
-from commflow.runtime.launcher import usable_cpus
 from commflow.runtime.programs import check_algorithm, is_program_file
+from commflow.runtime.world import usable_cpus
 from commflow.tune import Versus, versus_fixed
 
 BenchProgress = Callable[[str, int, int], None]

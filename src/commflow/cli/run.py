@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from commflow.runtime.launcher import GRACE, launch, parse_hosts, usable_cpus
+from commflow.runtime.launcher import GRACE, launch, parse_hosts
+from commflow.runtime.world import usable_cpus
 
 
 def _torchrun_spelling(option: str) -> str:

@@ -90,15 +90,6 @@ def parse_hosts(text: str) -> list[Host]:
     return hosts
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, as taskset or a container's
-    cpuset limit it), not all the machine's cores."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # platforms without sched_getaffinity
-        return os.cpu_count() or 1
-
-
 def new_job_id() -> str:
     """A fresh random job id (names the job's shared memory)."""
     return f"run-{secrets.token_hex(8)}"

@@ -81,3 +81,12 @@ def detect_world(env: Mapping[str, str] | None = None) -> WorldSpec:
     raise CommflowError(
         "no world found in the environment: start ranks with `commflow run -n N`, torchrun or "
         "mpirun, or call commflow.init(rank=..., world_size=...)")
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, as taskset or a container's
+    cpuset limit it), not all the machine's cores."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # platforms without sched_getaffinity
+        return os.cpu_count() or 1

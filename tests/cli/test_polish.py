@@ -13,7 +13,7 @@ import pytest
 import typer
 
 from commflow.cli import app
-from commflow.cli._group import suggest
+from commflow.cli._group import reflow, suggest
 from commflow.cli.synth import Objective
 from commflow.synth import OBJECTIVES
 
@@ -144,3 +144,20 @@ def test_shell_completion_completes_commands():
     words = subprocess.run([sys.executable, "-m", "commflow.cli"], capture_output=True,
                            text=True, timeout=60, env=env).stdout.split()
     assert words == ["sched"]
+
+
+def test_help_paragraphs_are_reflowed_to_the_terminal():
+    doc = """First line of a summary
+    that goes on.
+
+    A paragraph
+    in two lines.
+
+    [bold]Examples[/bold]
+
+      commflow x
+      commflow y
+    """
+    assert reflow(doc).splitlines() == [
+        "First line of a summary that goes on.", "", "A paragraph in two lines.", "",
+        "[bold]Examples[/bold]", "", "  commflow x", "  commflow y"]

@@ -28,7 +28,7 @@ from commflow.cli import (
     topo,
     tune,
 )
-from commflow.cli._group import CONTEXT, CommflowGroup
+from commflow.cli._group import CONTEXT, CommflowGroup, reflow_help
 from commflow.cli._output import err, out
 from commflow.cli.bench import bench
 from commflow.cli.nccl_tests import nccl_tests
@@ -64,6 +64,8 @@ app.command("sched")(sched.sched)
 app.command("tune")(tune.tune)
 app.command("calibrate")(tune.calibrate)
 app.command("doctor")(doctor.doctor)
+for _app in (app, topo.app, cluster.app, ina.app):
+    reflow_help(_app)
 
 
 def package_version() -> str:

@@ -3,6 +3,7 @@ answered with the closest known ones."""
 
 from __future__ import annotations
 
+import inspect
 from difflib import get_close_matches
 
 import typer
@@ -21,6 +22,27 @@ def suggest(name: str, known: list[str]) -> list[str]:
     prefixes = [k for k in known if name.startswith(k) or k.startswith(name)]
     close = get_close_matches(name, known, n=3, cutoff=0.5)
     return list(dict.fromkeys(prefixes + close))[:3]
+
+
+def reflow(doc: str) -> str:
+    """A command's docstring as help text: each paragraph's lines joined into one (rich keeps
+    line breaks, so lines wrapped at the source's width would break again at the terminal's);
+    blank lines, indented lines (examples) and ``[bold]`` headings kept as they are."""
+    lines: list[str] = []
+    for line in inspect.cleandoc(doc).splitlines():
+        previous = lines[-1] if lines else ""
+        if line and previous and not line.startswith((" ", "[")) \
+                and not previous.startswith((" ", "[")):
+            lines[-1] = f"{previous} {line}"
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def reflow_help(app: typer.Typer) -> None:
+    """Set every command of ``app`` its docstring :func:`reflow`-ed as its help."""
+    for info in app.registered_commands:
+        info.help = reflow(info.help or inspect.getdoc(info.callback) or "")
 
 
 class CommflowGroup(TyperGroup):

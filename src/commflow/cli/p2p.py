@@ -43,8 +43,10 @@ def p2p(
     timeout: float = typer.Option(DEFAULT_TIMEOUT, "--timeout", help="Seconds any wait may take."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
 ) -> None:
-    """Point-to-point latency or bandwidth between two ranks of commflow's
-    shared-memory runtime, as the OSU micro-benchmarks print them.
+    """Point-to-point latency or bandwidth between two local ranks, as OSU's benchmarks.
+
+    Two ranks of commflow's shared-memory runtime, printed as the OSU micro-benchmarks print
+    them.
 
     latency: ping-pong, half the round trip in microseconds. bw: rank 0 sends
     a window of -W messages, rank 1 answers with one byte; MB/s (1e6 bytes/s)

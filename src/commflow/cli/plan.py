@@ -115,14 +115,17 @@ def plan(
         help="Also print the days and GPU-hours to train this many tokens (300e9, 300B, 1.4T)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
 ) -> None:
-    """Predict step time, throughput, TFLOP/s, MFU and memory of parallel transformer training,
-    for one plan (--plan) or the best plans of a search.
+    """Predict step time, throughput, MFU and memory of parallel transformer training.
+
+    For one plan (--plan) or the best plans of a search.
 
     Columns: plan, step time (s), tokens/s, hardware and model TFLOP/s per GPU, MFU (%),
     memory per GPU (GiB), fits, then seconds of compute, exposed TP, CP, EP and ZeRO-3 gathers
     (when some plan has them), pipeline bubble, exposed DP, optimizer and overhead; with
     --train-tokens, days and GPU-hours to train that many tokens (--json has every field, every
-    part and the memory parts). [bold]Examples[/bold]
+    part and the memory parts).
+
+    [bold]Examples[/bold]
 
       commflow plan --model megatron-1t --cluster dgx-a100 --gpus 3072 --global-batch 3072
       commflow plan --model gpt3-175b --gpus 1024 --global-batch 1536

@@ -38,8 +38,10 @@ def tune(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
 ) -> None:
-    """Rank every registered algorithm on a topology by the simulator at sizes -b to -e and
-    keep the fastest per size range (offline tuning); with --live N, measure them on a live
+    """Choose the fastest algorithm per size range: a tuning table that `auto` follows.
+
+    Ranks every registered algorithm on a topology by the simulator at sizes -b to -e and
+    keeps the fastest per size range (offline tuning); with --live N, measures them on a live
     world of N ranks instead (successive halving within --budget seconds; load the table
     with COMMFLOW_TUNING_TABLE=FILE or commflow.runtime.use_tuning_table and `auto` follows
     it).
@@ -119,9 +121,10 @@ def calibrate(
         help="alphabeta (a full mesh) or flow (a memory bus all transfers share).",
     ),
 ) -> None:
-    """Fit the shared-memory transport (latency, bandwidth, reduce and copy bandwidth; with
-    --model flow also the bus bandwidth) to measured runs and print the simulator's error on
-    each measurement.
+    """Fit the simulator's model of the shared-memory transport to measured runs.
+
+    Fits latency, bandwidth, reduce and copy bandwidth (with --model flow also the bus
+    bandwidth) to the measurements and prints the simulator's error on each.
 
     Uses the out-of-place runs of registered algorithms in the records; the model is a full
     mesh of ranks under the alphabeta simulator, or a memory bus under the flow simulator

@@ -30,7 +30,7 @@ from commflow.runtime.errors import CommAbortedError, CommError, CommTimeoutErro
 from commflow.runtime.executor import run_plan
 from commflow.runtime.ops import Reducer, finish, reducer
 from commflow.runtime.protocol import Signature
-from commflow.runtime.transport.shm import ABORT_ERROR, ShmTransport
+from commflow.runtime.transport.shm import ABORT_ERROR, ShmEndpoint, ShmTransport
 from commflow.runtime.world import WorldSpec
 
 _ROOTED = frozenset(c for c in Collective if c.rooted)
@@ -440,6 +440,10 @@ class Communicator:
             endpoint = self.transport.endpoint(seq, signature, dtype, self.ranks, self.comm_id)
             run_plan(plan, (send, recv, self._scratch(plan.scratch_elements, dtype)), endpoint,
                      reduce, deadline=self._deadline(timeout), what=what, seq=seq)
+            if isinstance(endpoint, ShmEndpoint):
+                # a peer in this slot with another call that needed no message from this rank
+                # (a broadcast each names its own root) shows only in its posted call
+                endpoint.check_peers_calls()
         if coll in _REDUCES and (coll is not Collective.REDUCE or self.rank == call.root):
             finish(call.op, recv, self.size)
         if entry is not None:

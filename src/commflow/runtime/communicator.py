@@ -440,9 +440,9 @@ class Communicator:
             endpoint = self.transport.endpoint(seq, signature, dtype, self.ranks, self.comm_id)
             run_plan(plan, (send, recv, self._scratch(plan.scratch_elements, dtype)), endpoint,
                      reduce, deadline=self._deadline(timeout), what=what, seq=seq)
-            if isinstance(endpoint, ShmEndpoint):
-                # a peer in this slot with another call that needed no message from this rank
-                # (a broadcast each names its own root) shows only in its posted call
+            if root is not None and isinstance(endpoint, ShmEndpoint):
+                # a rooted call may need no message from a peer that called something else
+                # (broadcasts whose roots differ): that shows only in the peer's posted call
                 endpoint.check_peers_calls()
         if coll in _REDUCES and (coll is not Collective.REDUCE or self.rank == call.root):
             finish(call.op, recv, self.size)

@@ -3,9 +3,10 @@
 They work on the host's shared-memory segment by address (Python ints: an address costs the
 call less than an array argument) with the layout of
 :class:`~commflow.runtime.transport.shm_host.ShmLayout` and the flag protocol of
-:mod:`commflow.runtime.fastpath`. A rank's flag line holds its epoch (word 0), communicator
-(1), the sequence number and digest of its last two epochs (words 2-3 for even epochs, 4-5
-for odd ones) and its current call (6: sequence number + 1, 7: digest); a rank's doorbell
+:mod:`commflow.runtime.fastpath`. A rank's flag line holds its epoch (word 0), the sequence
+number and digest of its last two epochs (words 2-3 for even epochs, 4-5 for odd ones) and
+its current call (6: communicator and sequence number, ``transport.shm.call_word``; 7: its
+digest; word 6 is cleared before 7 is written, a seqlock); a rank's doorbell
 line holds "something changed" (int32 0) and "I sleep" (int32 1).
 
 Flag words are read with acquire and written with release ordering (plain moves on x86, but
@@ -95,9 +96,9 @@ def _post(flags, bells, me, n, epoch, seq, digest, comm):
     """Post this rank's current call and raise its flag to ``epoch``; ring every peer's
     doorbell. Returns 1 when some peer sleeps (the caller wakes it), else 0."""
     mine = flags + me * _LINE
+    _store64(mine + 48, 0)  # the posted call, as transport.shm.call_word writes it (a seqlock)
     _store64(mine + 56, digest)
-    _store64(mine + 8, comm)
-    _store64(mine + 48, seq + 1)
+    _store64(mine + 48, (comm & 0x7FFFFFFF) << 32 | (seq % 0xFFFFFFFF + 1))
     slot = mine + (2 + 2 * (epoch % 2)) * 8
     _store64(slot, seq)
     _store64(slot + 8, digest)

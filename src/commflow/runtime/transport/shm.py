@@ -85,6 +85,12 @@ class ShmTransport:
         self.host.consume(peer)
 
 
+def call_word(comm: int, seq: int) -> int:
+    """A posted call's identity in one flag word, never 0: communicator id (31 bits) and the
+    sequence number (1 .. 2**32 - 1, wrapping); the compiled path computes the same."""
+    return (comm & 0x7FFF_FFFF) << 32 | (seq % 0xFFFF_FFFF + 1)
+
+
 class ShmEndpoint:
     """The :class:`~commflow.runtime.executor.Endpoint` of one operation over shared memory."""
 
@@ -107,29 +113,31 @@ class ShmEndpoint:
             self._publish()
 
     def _publish(self) -> None:
-        """Post this operation as the rank's current call (flag words 6, 7 and 1: sequence
-        number + 1, signature digest, communicator), whatever path runs it, so that a peer
-        that called something else in the same slot (e.g. the fast path against a program,
-        which never exchange messages) notices while it waits. The sequence number goes
-        last: a reader that sees it unchanged around its reads has a consistent triple."""
+        """Post this operation as the rank's current call (flag word 6: :func:`call_word` of
+        communicator and sequence number; word 7: signature digest), whatever path runs it,
+        so that a peer that called something else in the same slot (e.g. the fast path
+        against a program, which never exchange messages) notices. A seqlock: word 6 is
+        cleared first and written last, so a reader that finds it equal, and not 0, before and
+        after reading word 7 read this call's digest (the same word again is the same call)."""
         flags = self.t.host.flags[self.t.host.me]
+        flags[6] = 0
         flags[7] = self.digest & 0x7FFF_FFFF_FFFF_FFFF
-        flags[1] = self.comm
-        flags[6] = self.seq + 1
+        flags[6] = call_word(self.comm, self.seq)
 
     def check_peers_calls(self) -> None:
         """Raise ``CommMismatchError`` (and abort the host) when a local peer's current call
-        on this communicator has this operation's sequence number and another signature."""
+        is this operation (communicator and sequence number) with another signature."""
         host = self.t.host
         mine = self.digest & 0x7FFF_FFFF_FFFF_FFFF
+        word = call_word(self.comm, self.seq)
         for local in range(host.layout.nlocal):
             if local == host.me:
                 continue
             flags = host.flags[local]
             before = int(flags[6])
-            comm, digest = int(flags[1]), int(flags[7])
+            digest = int(flags[7])
             after = int(flags[6])
-            if before == after == self.seq + 1 and comm == self.comm and digest != mine:
+            if before == after == word and digest != mine:
                 host.abort(ABORT_MISMATCH, host.me, self.seq)
                 raise CommMismatchError(
                     f"{self.signature.collective} #{self.seq} on rank "

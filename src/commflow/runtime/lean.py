@@ -274,15 +274,14 @@ class LeanPath:
                     f"{signature.collective} #{seq} (shm) on rank {me}: timed out waiting "
                     f"for ranks {pending}", op=signature.collective, seq=seq,
                     peers=tuple(pending))
-            if rounds <= self._polls:
-                pass  # poll() yields between its rounds (compiled)
-            elif bell[0]:
-                bell[0] = 0
-            else:
-                if rounds % 16 == 0:
-                    endpoint.check_peers_alive()
-                    endpoint.check_peers_calls()
-                host.sleep(lambda: bool(bell[0]), max(0.0, deadline - time.monotonic()))
+            if rounds > self._polls:  # before: poll() alone, yielding between its rounds
+                if bell[0]:
+                    bell[0] = 0
+                else:
+                    if rounds % 16 == 0:
+                        endpoint.check_peers_alive()
+                        endpoint.check_peers_calls()
+                    host.sleep(lambda: bool(bell[0]), max(0.0, deadline - time.monotonic()))
             status = poll()
         if status != _DONE:
             rank = status - _MISMATCH

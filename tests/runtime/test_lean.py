@@ -3,6 +3,7 @@ op, the same errors as the other paths, a barrier that waits, and the compile no
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -203,8 +204,6 @@ def _barrier_waits(comm, tmp):
 
 
 def test_barrier_waits_for_every_rank_and_is_recorded(tmp_path):
-    import json
-
     results = run_world(_barrier_waits, 3, str(tmp_path))
     assert results[0][0] >= 0.45 and results[2][0] >= 0.45
     for _, text in results:
@@ -212,6 +211,31 @@ def test_barrier_waits_for_every_rank_and_is_recorded(tmp_path):
         assert [(e["seq"], e["op"], e["algorithm"], e["state"]) for e in entries] == [
             (0, "barrier", "shm", "completed"), (1, "allreduce", "shm", "completed")]
         assert entries[1]["bytes"] == 12 and entries[1]["reduce"] == "sum"
+
+
+def _mixed_records(comm, tmp):
+    small, large = np.ones(4, np.float32), np.ones(1 << 16, np.float32)
+    for _ in range(5):
+        comm.allreduce(small)  # seq 0-4, logged by the kernel
+    comm.allreduce(large)  # 5, recorded from Python (the general path)
+    for _ in range(3):
+        comm.barrier()  # 6-8, logged
+    comm.allgather(small)  # 9, recorded
+    return json.loads(comm.dump_flight_record(os.path.join(tmp, f"r{comm.rank}.json"))
+                      .read_text())
+
+
+def test_kernel_logged_and_recorded_calls_merge_in_order_within_capacity(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setenv("COMMFLOW_FLIGHT_RECORDER", "6")
+    for record in run_world(_mixed_records, 2, str(tmp_path)):
+        assert (record["recorded"], record["next_seq"]) == (10, 10)
+        assert [(e["seq"], e["op"], e["bytes"], e["state"]) for e in record["entries"]] == [
+            (4, "allreduce", 16, "completed"), (5, "allreduce", 1 << 18, "completed"),
+            (6, "barrier", 0, "completed"), (7, "barrier", 0, "completed"),
+            (8, "barrier", 0, "completed"), (9, "allgather", 16, "completed")]
+        times = [e["t_start"] for e in record["entries"]]
+        assert times == sorted(times) and abs(times[0] - time.time()) < 60
 
 
 _SCRIPT = """

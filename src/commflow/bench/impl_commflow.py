@@ -40,7 +40,7 @@ class CommflowRanks:
         self.nranks = comm.size
 
     def barrier(self) -> None:
-        """commflow's barrier (a 1-byte ``direct`` allreduce)."""
+        """commflow's barrier."""
         self.comm.barrier()
 
     def operation(self, algo: str | Program, case: Case) -> Callable[[], object]:

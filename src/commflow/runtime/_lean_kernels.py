@@ -34,7 +34,12 @@ SUM, PROD, MIN, MAX = 0, 1, 2, 3
 """Operator codes (``avg`` reduces as ``SUM``; bool ``sum``/``max`` as ``MAX``, ``prod``/``min``
 as ``MIN``: logical or and and)."""
 
+WINDOW = 2
+"""Bit of a kernel's result: the call it logged closes a straggler window."""
+
 _LINE = 64
+_CLOCK_MONOTONIC = 1  # Linux
+_LOG_HEAD, _LOG_ENTRY = 8, 3  # flight.LOG_HEAD, flight.LOG_ENTRY (no import: numba only here)
 
 
 @intrinsic
@@ -91,6 +96,40 @@ def _sched_yield(typingctx):
     return types.void(), codegen
 
 
+@intrinsic
+def _clock_ns(typingctx):
+    """libc's ``clock_gettime(CLOCK_MONOTONIC)`` in ns (the clock of ``time.monotonic``)."""
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        spec = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(i64, 2)),
+                               i64.as_pointer())
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.IntType(32), [ir.IntType(32), i64.as_pointer()]),
+            "clock_gettime")
+        builder.call(fn, [ir.Constant(ir.IntType(32), _CLOCK_MONOTONIC), spec])
+        seconds = builder.load(spec)
+        nanos = builder.load(builder.gep(spec, [ir.Constant(ir.IntType(32), 1)]))
+        return builder.add(builder.mul(seconds, ir.Constant(i64, 1_000_000_000)), nanos)
+    return types.int64(), codegen
+
+
+@njit(cache=True)
+def _log(ctx, seq):
+    """Log call ``seq`` as completed now in the flight recorder's log (address at ``ctx +
+    64``, 0 for none; kind at ``ctx + 72``; layout of ``FlightRecorder.log``). Returns
+    ``WINDOW`` when ``seq`` closes the straggler window, else 0."""
+    log = _load64(ctx + 64)
+    if log == 0:
+        return 0
+    count = _load64(log)
+    slot = log + (_LOG_HEAD + _LOG_ENTRY * (count % _load64(log + 16))) * 8
+    _store64(slot, seq)
+    _store64(slot + 8, _load64(ctx + 72))
+    _store64(slot + 16, _clock_ns())
+    _store64(log, count + 1)
+    return WINDOW if seq >= _load64(log + 8) else 0
+
+
 @njit(cache=True)
 def _post(flags, bells, me, n, epoch, seq, digest, comm):
     """Post this rank's current call and raise its flag to ``epoch``; ring every peer's
@@ -137,17 +176,19 @@ def _arrived(flags, me, n, epoch, seq, digest, spin, yielding):
 
 
 def context(*, stages: tuple[int, int], stride: int, flags: int, bells: int, me: int, n: int,
-            op: int, spin: int, poll_spin: int, digest: int, yielding: bool) -> np.ndarray:
+            op: int, spin: int, poll_spin: int, digest: int, yielding: bool, log: int,
+            kind: int) -> np.ndarray:
     """The constants of one kind of call, as the kernels read them from the array's address
     (one argument costs a call less than eight): the two staging halves of rank 0, the
     stride between ranks' stages, the flag and doorbell lines of rank 0, ``me, n, op, spin,
-    yielding`` packed, the same with ``poll_spin``, and the signature digest. Keep the array
-    alive while its address is used."""
+    yielding`` packed, the same with ``poll_spin``, the signature digest, the address of the
+    flight recorder's log (0: none) and the call's kind there. Keep the array alive while
+    its address is used."""
     def packed(rounds: int) -> int:
         return me | n << 16 | op << 32 | int(yielding) << 39 | rounds << 40
 
-    return np.array([*stages, stride, flags, bells, packed(spin), packed(poll_spin), digest],
-                    np.int64)
+    return np.array([*stages, stride, flags, bells, packed(spin), packed(poll_spin), digest,
+                     log, kind], np.int64)
 
 
 @njit(cache=True, inline="always")
@@ -183,8 +224,9 @@ def _reduce(recv, stage, stride, n, op):
 @njit(cache=True)
 def allreduce(send, recv, ctx, half, epoch, seq):
     """Stage ``send`` in this rank's staging half ``half``, post, wait up to ``spin`` rounds,
-    reduce into ``recv`` (constants at address ``ctx``, see :func:`context`). Returns ``2 *
-    status + wake`` (status DONE, WAITING or MISMATCH + rank; wake: a peer sleeps and must
+    reduce into ``recv`` (constants at address ``ctx``, see :func:`context`) and log the call
+    when it is done. Returns ``4 * status + window + wake`` (status DONE, WAITING or
+    MISMATCH + rank; window: :data:`WINDOW` from the log; wake: 1 when a peer sleeps and must
     be woken), or -1 without doing anything when the sizes differ."""
     m = send.size
     if recv.size != m:
@@ -200,7 +242,8 @@ def allreduce(send, recv, ctx, half, epoch, seq):
     status = _arrived(flags, me, n, epoch, seq, digest, spin, yielding)
     if status == DONE:
         _reduce(recv, stage, stride, n, op)
-    return 2 * status + wake
+        return _log(ctx, seq) + wake
+    return 4 * status + wake
 
 
 @njit(cache=True)
@@ -217,11 +260,15 @@ def complete(recv, ctx, half, epoch, seq):
 
 @njit(cache=True)
 def barrier(ctx, epoch, seq):
-    """Post, then wait up to ``spin`` rounds; returns ``2 * status + wake``."""
+    """Post, then wait up to ``spin`` rounds; log the call when it is done. Returns ``4 *
+    status + window + wake`` as :func:`allreduce` does."""
     flags, bells, digest = _load64(ctx + 24), _load64(ctx + 32), _load64(ctx + 56)
     me, n, _, spin, yielding = _unpack(_load64(ctx + 40))
     wake = _post(flags, bells, me, n, epoch, seq, digest, 0)
-    return 2 * _arrived(flags, me, n, epoch, seq, digest, spin, yielding) + wake
+    status = _arrived(flags, me, n, epoch, seq, digest, spin, yielding)
+    if status == DONE:
+        return _log(ctx, seq) + wake
+    return 4 * status + wake
 
 
 @njit(cache=True)

@@ -50,6 +50,12 @@ STATES = (SCHEDULED, STARTED, COMPLETED, FAILED)
 
 _WATCH_SLICE = 1.0
 _monotonic = time.monotonic
+LOG_HEAD = 8
+"""Words before the first entry of :attr:`FlightRecorder.log`: entries logged, the sequence
+number that closes the current straggler window, capacity, then unused."""
+LOG_ENTRY = 3
+"""Words per entry of :attr:`FlightRecorder.log`: sequence number, kind, end (ns)."""
+_NEVER = np.iinfo(np.int64).max
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +143,14 @@ class FlightRecorder:
         self.meta = meta
         self._ring = [_Record() for _ in range(capacity)]
         self._recorded = 0
+        self.log = np.zeros(LOG_HEAD + LOG_ENTRY * capacity, np.int64)
+        """Calls completed in one step by compiled code (:mod:`commflow.runtime.lean`), which
+        writes them here itself: :data:`LOG_HEAD` words (entries logged so far, the sequence
+        number that closes the straggler window, capacity), then a ring of :data:`LOG_ENTRY`
+        words per call (sequence number, kind from :meth:`kind`, ``CLOCK_MONOTONIC`` time
+        in ns). Read with the ring of recorded calls, in time order."""
+        self.log[1:3] = _NEVER, capacity
+        self._kinds: list[tuple] = []
         self._active: _Record | None = None
         self._lock = threading.Lock()
         self._dumped: Path | None = None
@@ -182,6 +196,36 @@ class FlightRecorder:
             r.t_start = None
         return r
 
+    def kind(self, op: str, dtype, nbytes: int, reduce: str | None, algo: str) -> int:
+        """The code that :attr:`log` entries use for collectives of these fields."""
+        key = (op, dtype, nbytes, reduce, algo)
+        if key not in self._kinds:
+            self._kinds.append(key)
+        return self._kinds.index(key)
+
+    def _logged(self) -> list[_Record]:
+        """The entries of :attr:`log` still in its ring, oldest first, as records."""
+        count = int(self.log[0])
+        entries = []
+        for i in range(max(0, count - self.capacity), count):
+            at = LOG_HEAD + LOG_ENTRY * (i % self.capacity)
+            seq, kind, ns = (int(v) for v in self.log[at:at + LOG_ENTRY])
+            r = _Record()
+            r.op, r.dtype, r.nbytes, r.reduce, r.algo = self._kinds[kind]
+            r.seq, r.root, r.peer, r.state = seq, None, None, COMPLETED
+            r.t_scheduled = r.t_start = r.t_end = ns / 1e9
+            entries.append(r)
+        return entries
+
+    def _records(self) -> list[_Record]:
+        """The last ``capacity`` operations recorded or logged, oldest first."""
+        cut = self._recorded % self.capacity
+        ring = [r for r in self._ring[cut:] + self._ring[:cut] if r.state]
+        logged = self._logged()
+        if logged:
+            ring = sorted(ring + logged, key=lambda r: r.t_scheduled)[-self.capacity:]
+        return ring
+
     def start(self, r: _Record, algo) -> None:
         """Mark a scheduled operation started with the algorithm chosen for it."""
         r.state = STARTED
@@ -195,17 +239,38 @@ class FlightRecorder:
         r.t_end = _monotonic()
         self._active = None
         if r.seq >= self.window_end and r.peer is None:
-            self._close_window()
+            self.close_window()
 
-    def _close_window(self) -> None:
+    def close_window(self) -> None:
         """The end of a straggler window: post this rank's time outside its collectives."""
         size = self.board.config.window
         first = self.window * size
-        calls = {r.seq: (r.t_scheduled, r.t_end) for r in self._ring
-                 if r.state == COMPLETED and r.peer is None and first - 1 <= r.seq < first + size}
-        self.board.close_window(self.window, calls, self.stragglers)
+        self.board.close_window(self.window, self._completed(first - 1, first + size),
+                                self.stragglers)
         self.window += 1
-        self.window_end = (self.window + 1) * size - 1
+        self.set_window_end((self.window + 1) * size - 1)
+
+    def _completed(self, lo: int, hi: int) -> dict[int, tuple[float, float]]:
+        """``{seq: (start, end)}`` of the completed collectives ``lo <= seq < hi`` still kept
+        (the ring from its newest record back to the first collective before ``lo``)."""
+        calls = {}
+        n = self._recorded
+        for i in range(n - 1, max(n - self.capacity, 0) - 1, -1):
+            r = self._ring[i % self.capacity]
+            if r.peer is None:
+                if r.seq < lo:
+                    break
+                if r.state == COMPLETED and r.seq < hi:
+                    calls[r.seq] = (r.t_scheduled, r.t_end)
+        entries = self.log[LOG_HEAD:].reshape(self.capacity, LOG_ENTRY)[:int(self.log[0])]
+        seqs = entries[:, 0]
+        for seq, _, ns in entries[(seqs >= lo) & (seqs < hi)].tolist():
+            calls[seq] = (ns / 1e9, ns / 1e9)
+        return calls
+
+    def set_window_end(self, seq: int) -> None:
+        """Close the next straggler window after collective ``seq``."""
+        self.window_end = self.log[1] = seq
 
     def fail_active(self) -> None:
         """Mark the operation in progress (if any) failed."""
@@ -217,8 +282,8 @@ class FlightRecorder:
     def snapshot(self, trigger: str) -> dict:
         """The dump as a JSON-ready dict: metadata, then the records oldest first."""
         wall = time.time() - time.monotonic()
-        cut = self._recorded % self.capacity
-        order = self._ring[cut:] + self._ring[:cut]
+        logged = int(self.log[0])
+        records = self._records()
         return {
             "format": FORMAT,
             "version": VERSION,
@@ -226,13 +291,13 @@ class FlightRecorder:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "capacity": self.capacity,
-            "recorded": self._recorded,
-            "next_seq": self.next_seq,
+            "recorded": self._recorded + logged,
+            "next_seq": max([self.next_seq] + [r.seq + 1 for r in records if r.peer is None]),
             "trigger": trigger,
             "failed_peer": self.failed_peer,
             "stragglers": list(self.stragglers),
             "dumped_at": round(time.time(), 6),
-            "entries": [r.as_json(wall, self.failed_at) for r in order if r.state],
+            "entries": [r.as_json(wall, self.failed_at) for r in records],
         }
 
     def dump(self, path: str | os.PathLike, trigger: str = "requested") -> Path:
@@ -274,23 +339,6 @@ class FlightRecorder:
                 except CommflowError:
                     return None
             return self._dumped
-
-    def record_done(self, seq: int, op: str, dtype, nbytes: int, reduce: str | None,
-                    algo: str) -> None:
-        """Record collective ``seq`` as started and completed now, in one step (one
-        timestamp): for a call that was over before it could fail (the compiled
-        small-message path, :mod:`commflow.runtime.lean`; a call that has to wait is recorded
-        with :meth:`record` first and :meth:`complete` after)."""
-        n = self._recorded
-        r = self._ring[n % self.capacity]
-        self._recorded = n + 1
-        self.next_seq = seq + 1
-        r.seq, r.op, r.dtype, r.nbytes, r.reduce, r.algo = seq, op, dtype, nbytes, reduce, algo
-        r.root = r.peer = None
-        r.state = COMPLETED
-        r.t_scheduled = r.t_start = r.t_end = _monotonic()
-        if seq >= self.window_end:
-            self._close_window()
 
 
 class DumpWatcher:
@@ -346,7 +394,7 @@ def attach(config: FlightConfig, *, meta: dict, host) -> FlightRecorder | None:
         if meta["comm_id"] == 0 and straggle.enabled and straggle.window < config.capacity:
             recorder.board = StragglerBoard(host.straggler_lines, host.me, meta["global_rank"],
                                             straggle)
-            recorder.window_end = straggle.window - 1
+            recorder.set_window_end(straggle.window - 1)
     return recorder
 
 

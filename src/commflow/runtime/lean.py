@@ -4,11 +4,12 @@ bytes and barrier in one compiled call each.
 The same exchange as :meth:`SharedBufferPaths.small_allreduce
 <commflow.runtime.fastpath.SharedBufferPaths.small_allreduce>` (same staging halves, epochs,
 flag words, sequence numbers and signatures, so ranks may mix the two), but the copy in,
-the posting, the first wait and the reduction run in one numba kernel
+the posting, the first wait, the reduction and the flight record run in one numba kernel
 (:mod:`commflow.runtime._lean_kernels`), and the Python entry does only what the call needs:
-a plan made on the first call per (dtype, op, size), the sequence number and the flight
-record (one step, :meth:`~commflow.runtime.flight.FlightRecorder.record_done`, for a call the
-kernel finished; a call that has to wait is recorded as started first). Reductions run in
+a plan made on the first call per (dtype, op, size) and the sequence number. A call the
+kernel finished is logged by the kernel in the recorder's
+:attr:`~commflow.runtime.flight.FlightRecorder.log`; a call that has to wait is recorded as
+started, then completed, from Python. Reductions run in
 rank order from the staged copies, so every rank gets the same, numpy-exact result, whatever
 ``out`` overlaps.
 
@@ -56,7 +57,7 @@ _SPIN, _SPIN_SHARED, _POLL_SPIN, _POLL_YIELDS = 1 << 14, 64, 32, 16
 _OPS = {"sum": 0, "avg": 0, "prod": 1, "min": 2, "max": 3}
 _BOOL_OPS = {"sum": 3, "max": 3, "prod": 2, "min": 2}
 _BARRIER = Signature("collective", "barrier", "none", 0, "none", 0, fastpath.NAME)
-_UINT8 = np.dtype(np.uint8)
+_BARRIER_CALL = ("barrier", np.dtype(np.uint8), 0, None)
 _ALLREDUCE = Collective.ALLREDUCE.value
 _NAME = fastpath.NAME
 _announced = False
@@ -146,18 +147,10 @@ class LeanPath:
         comm._seq = seq + 1
         fast.epoch = epoch
         fast.segments = segments + 1
-        fr = comm._flight
-        if not status:
-            if fr is not None:
-                fr.record_done(seq, _ALLREDUCE, dtype, nbytes, op, _NAME)
-        else:
-            entry = None if fr is None else fr.record(
-                seq, _ALLREDUCE, dtype, nbytes, reduce=op, root=None, peer=None, algo=_NAME,
-                started=True)
+        if status:
             self._settle(status, seq, epoch, signature, timeout,
-                         lambda: complete(out, ctx, half, epoch, seq))
-            if entry is not None:
-                fr.complete(entry)
+                         lambda: complete(out, ctx, half, epoch, seq),
+                         (_ALLREDUCE, dtype, nbytes, op))
         if op == "avg":
             finish(op, out, self._n)
         return out
@@ -192,18 +185,21 @@ class LeanPath:
         signature = self._comm._signature(Collective.ALLREDUCE, dtype, nbytes, op, 0,
                                           fastpath.NAME)
         constants = self._context(kernel, (_BOOL_OPS if dtype == np.bool_ else _OPS)[op],
-                                  signature)
+                                  signature, (_ALLREDUCE, dtype, nbytes, op))
         return (kernel.allreduce, kernel.complete, constants.ctypes.data, constants,
                 signature)
 
-    def _context(self, kernel, op: int, signature: Signature) -> np.ndarray:
-        """The kernels' constants for calls with operator code ``op`` and ``signature``."""
+    def _context(self, kernel, op: int, signature: Signature, call: tuple) -> np.ndarray:
+        """The kernels' constants for calls with operator code ``op`` and ``signature``, logged
+        in the flight recorder as ``call`` (operation, dtype, bytes, reduction)."""
         poll = _POLL_YIELDS if self._shared else _POLL_SPIN
+        fr = self._comm._flight
+        log, kind = (0, 0) if fr is None else (fr.log.ctypes.data, fr.kind(*call, _NAME))
         return kernel.context(stages=self._stage, stride=self._stride, flags=self._flags,
                               bells=self._bells, me=self._me, n=self._n, op=op,
                               spin=self._spin, poll_spin=poll,
                               digest=signature.digest & 0x7FFF_FFFF_FFFF_FFFF,
-                              yielding=self._shared)
+                              yielding=self._shared, log=log, kind=kind)
 
     # -- barrier ------------------------------------------------------------------------------
     def barrier(self, timeout: float | None) -> bool:
@@ -216,7 +212,7 @@ class LeanPath:
             kernels = _kernels()
             _compile(kernels.barrier, (_int64(),) * 3)
             _compile(kernels.arrived, (_int64(),) * 3)
-            self._barrier_constants = self._context(kernels, 0, _BARRIER)
+            self._barrier_constants = self._context(kernels, 0, _BARRIER, _BARRIER_CALL)
             self._barrier_ctx = self._barrier_constants.ctypes.data
             self._barrier_poll = kernels.arrived
             kernel = self._barrier_kernel = kernels.barrier
@@ -226,34 +222,36 @@ class LeanPath:
         fast.epoch = epoch = fast.epoch + 1
         ctx = self._barrier_ctx
         status = kernel(ctx, epoch, seq)
-        fr = comm._flight
-        if not status:
-            if fr is not None:
-                fr.record_done(seq, "barrier", _UINT8, 0, None, _NAME)
-            return True
-        entry = None if fr is None else fr.record(
-            seq, "barrier", _UINT8, 0, reduce=None, root=None, peer=None, algo=_NAME,
-            started=True)
-        self._settle(status, seq, epoch, _BARRIER, timeout,
-                     lambda: self._barrier_poll(ctx, epoch, seq))
-        if entry is not None:
-            fr.complete(entry)
+        if status:
+            self._settle(status, seq, epoch, _BARRIER, timeout,
+                         lambda: self._barrier_poll(ctx, epoch, seq), _BARRIER_CALL)
         return True
 
     # -- waiting ------------------------------------------------------------------------------
     def _settle(self, status: int, seq: int, epoch: int, signature: Signature,
-                timeout: float | None, poll) -> None:
-        """After a kernel returned ``2 * status + wake``: wake sleeping peers, then wait as
-        :mod:`commflow.runtime.fastpath` does (``poll()`` polls briefly, returns the status)."""
-        host = self._host
+                timeout: float | None, poll, call: tuple) -> None:
+        """After a kernel returned ``4 * status + window + wake`` (not 0): close the flight
+        recorder's straggler window, wake sleeping peers; a call not done yet is recorded as
+        ``call`` (operation, dtype, bytes, reduction) and waited for as
+        :mod:`commflow.runtime.fastpath` does (``poll()`` polls briefly, returns the
+        status)."""
+        comm, host = self._comm, self._host
+        fr = comm._flight
+        if status & _WINDOW:
+            fr.close_window()
         if status & 1:
             for r in range(self._n):
                 if r != self._me:
                     host.ring(r)
-        status >>= 1
+        status >>= 2
         if status:
-            self._comm._guarded(lambda: self._wait(status, seq, epoch, signature, timeout,
-                                                   poll))
+            op, dtype, nbytes, reduce = call
+            entry = None if fr is None else fr.record(
+                seq, op, dtype, nbytes, reduce=reduce, root=None, peer=None, algo=_NAME,
+                started=True)
+            comm._guarded(lambda: self._wait(status, seq, epoch, signature, timeout, poll))
+            if entry is not None:
+                fr.complete(entry)
 
     def _wait(self, status: int, seq: int, epoch: int, signature: Signature,
               timeout: float | None, poll) -> None:
@@ -292,7 +290,8 @@ class LeanPath:
                 f"the same collectives in the same order")
 
 
-_DONE, _WAITING, _MISMATCH = 0, 1, 2  # the kernels' statuses (kept here: no numba import)
+_DONE, _WAITING, _MISMATCH, _WINDOW = 0, 1, 2, 2  # the kernels' statuses and window bit
+# (kept here: importing the kernel module imports numba)
 
 
 def _compiled(dtype: np.dtype) -> bool:

@@ -118,29 +118,39 @@ def test_fast_path_against_a_program_path_is_a_mismatch_not_a_hang(case):
     assert "called another operation in this slot" in results[0][2] + results[1][2]
 
 
-def _roots_differ(comm, case):
+def _roots_differ(comm, case, where):
+    if where == "sub-communicator":  # no fast path: the stray messages fail the next call
+        comm = comm.split(0)
     x = np.full(16, comm.rank + 1.0, np.float32)
     root = comm.rank if case == "each its own" else (2 if comm.rank == 2 else 0)
     done = []
     try:
         comm.broadcast(x, root=root, algo="binomial_tree", timeout=10)
         done.append("broadcast")
-        comm.allreduce(x, algo="ring", timeout=10)
-        done.append("allreduce")
+        if where == "sub-communicator":
+            comm.allreduce(x, algo="ring", timeout=10)
+        else:  # fast-path calls only, which read no message
+            comm.allreduce(x[:4], timeout=10)
+            comm.barrier(timeout=10)
+        done.append("next")
     except (CommMismatchError, CommAbortedError) as error:
         return done, type(error).__name__
     return done, None
 
 
+@pytest.mark.parametrize("where", ["world", "sub-communicator"])
 @pytest.mark.parametrize("case", ["each its own", "two against one"])
-def test_broadcasts_with_different_roots_fail_by_the_next_call(case):
+def test_broadcasts_with_different_roots_are_caught(case, where):
     # roots that need no message from each other (every rank roots its own broadcast, or a
-    # second root sends to ranks that never wait for it) return with different data unless a
-    # rank sees a peer's posted call at the end of its own (when their calls overlap); the
-    # stray messages fail the next program-path call on every rank in any case
-    results = run_world(_roots_differ, 3, case, timeout=30)
+    # second root sends to ranks that never wait for it) would return different data: with
+    # the fast path every rank compares the rooted call's signature (root included) with the
+    # others' before it returns; without it, a local peer's posted call at the end of the
+    # call (when the calls overlap) or the stray messages at the next call fail it
+    results = run_world(_roots_differ, 3, case, where, timeout=30)
     for done, error in results:
-        assert error is not None and "allreduce" not in done, (case, results)
+        assert error is not None and "next" not in done, (case, where, results)
+        if where == "world":
+            assert done == [], (case, results)
 
 
 def _abort_while_a_peer_waits(comm):

@@ -440,14 +440,23 @@ class Communicator:
             endpoint = self.transport.endpoint(seq, signature, dtype, self.ranks, self.comm_id)
             run_plan(plan, (send, recv, self._scratch(plan.scratch_elements, dtype)), endpoint,
                      reduce, deadline=self._deadline(timeout), what=what, seq=seq)
-            if root is not None and isinstance(endpoint, ShmEndpoint):
-                # a rooted call may need no message from a peer that called something else
-                # (broadcasts whose roots differ): that shows only in the peer's posted call
-                endpoint.check_peers_calls()
+            if root is not None:
+                self._agree(endpoint, seq, signature, timeout)
         if coll in _REDUCES and (coll is not Collective.REDUCE or self.rank == call.root):
             finish(call.op, recv, self.size)
         if entry is not None:
             self._flight.complete(entry)
+
+    def _agree(self, endpoint, seq: int, signature: Signature, timeout: float | None) -> None:
+        """End rooted call ``seq``: it may need no message from a peer that called something
+        else (broadcasts whose roots differ), so compare the ranks' calls. With the fast
+        path, every rank posts ``(seq, signature)`` and waits for the others' (those calls
+        may be followed by fast-path calls only, which read no stray message); else, a
+        local peer's posted call (a remote one's stray messages fail the next call)."""
+        if self._fast is not None:
+            self._fast.phase(endpoint, seq, signature, self._deadline(timeout))
+        elif isinstance(endpoint, ShmEndpoint):
+            endpoint.check_peers_calls()
 
     def _point(self, a: np.ndarray, peer: int, sending: bool, result, async_op: bool,
                timeout: float | None):

@@ -72,7 +72,7 @@ class SharedBufferPaths:
         others = [r for r in range(n) if r != me]
         per_stage = n if collective is Collective.REDUCESCATTER else 1
         seg = max(1, min(half_bytes, SEGMENT) // send.dtype.itemsize // per_stage)
-        wait = lambda: self._phase(endpoint, seq, signature, deadline)  # noqa: E731
+        wait = lambda: self.phase(endpoint, seq, signature, deadline)  # noqa: E731
         for lo in range(0, max(unit, 1), seg):
             hi = min(unit, lo + seg)
             m = hi - lo
@@ -135,7 +135,7 @@ class SharedBufferPaths:
         stages = self._stages(host, self.segments & 1, host.layout.stage_bytes // 2, send.dtype)
         self.segments += 1
         stages[self.me][:unit] = send
-        self._phase(endpoint, seq, signature, deadline)
+        self.phase(endpoint, seq, signature, deadline)
         if self.n == 1:
             recv[...] = stages[0][:unit]
             return
@@ -153,7 +153,7 @@ class SharedBufferPaths:
             self._views[key] = views
         return views
 
-    def _phase(self, endpoint: ShmEndpoint, seq: int, signature: Signature,
+    def phase(self, endpoint: ShmEndpoint, seq: int, signature: Signature,
                deadline: float) -> None:
         """Raise this rank's flag to the next epoch and wait for every rank's."""
         host = endpoint.t.host

@@ -1,5 +1,6 @@
 """The search space: ZeRO 0-3, context parallelism for long sequences, expert parallelism for
-MoE models, the ZB-H1 schedule, recompute modes and virtual stages, and valid search results."""
+MoE models, the zero-bubble and Chimera schedules, recompute modes and virtual stages, and
+valid search results."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_dense_short_sequence_enumerates_zero_schedules_recompute_vp():
     options = _options(plans)
     assert options == {
         "zero": {0, 1, 2, 3}, "cp": {1}, "ep": {1},
-        "schedule": {"1f1b", "interleaved", "zb-h1"},
+        "schedule": {"1f1b", "interleaved", "zb-h1", "zb-h2", "chimera"},
         "recompute": {"none", "selective", "full"}, "vp": {1, 2},
     }  # fmt: skip
     for p in plans:

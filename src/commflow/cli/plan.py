@@ -6,8 +6,18 @@ import typer
 from rich.markup import escape
 
 from commflow.cli._output import choices, echo_json, out
-from commflow.plan import Evaluation, Plan, evaluate, get_model, parse_plan, resolve_cluster, search
+from commflow.plan import (
+    Evaluation,
+    Plan,
+    SearchSpace,
+    evaluate,
+    get_model,
+    parse_plan,
+    resolve_cluster,
+    search,
+)
 from commflow.plan.hardware import PRECISION_BYTES, implied_accelerator
+from commflow.plan.parallel import SCHEDULES
 from commflow.plan.timeline import draw_timeline
 
 Precision = choices("Precision", tuple(PRECISION_BYTES))
@@ -43,6 +53,17 @@ def parse_tokens(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise typer.BadParameter(f"the token count must be positive, got {text!r}")
     return value
+
+
+def parse_schedules(text: str) -> tuple[str, ...]:
+    """``--schedules``: comma-separated names of :data:`~commflow.plan.parallel.SCHEDULES`.
+    Raises ``typer.BadParameter`` for an unknown or missing name."""
+    names = tuple(filter(None, (part.strip().lower() for part in text.split(","))))
+    unknown = [name for name in names if name not in SCHEDULES]
+    if unknown or not names:
+        raise typer.BadParameter(
+            f"{text!r}: schedules are a comma-separated list of {', '.join(SCHEDULES)}")
+    return names
 
 
 def _short(p: Plan) -> str:
@@ -107,6 +128,9 @@ def plan(
         None, "--plan", help='Evaluate one plan: "tp=8,pp=16,dp=24,mb=1,vp=2,sp=1,zero=1,..."'
     ),
     timeline: str = typer.Option(None, "--timeline", help="With --plan: write a PNG timeline."),
+    schedules: str = typer.Option(
+        ",".join(SearchSpace().schedules), "--schedules",
+        help=f"Pipeline schedules the search tries, comma-separated, of {', '.join(SCHEDULES)}."),
     in_network: bool = typer.Option(
         False, "--in-network",
         help="The network switches aggregate (SHARP): allreduce may use in-network aggregation."),
@@ -133,6 +157,7 @@ def plan(
     """
     precision = precision.value
     tokens = parse_tokens(train_tokens) if train_tokens is not None else None
+    space = SearchSpace(schedules=parse_schedules(schedules))
     spec = get_model(model, seq=seq)
     accelerator = accelerator or implied_accelerator(cluster)
     if plan_text is not None:
@@ -153,6 +178,7 @@ def plan(
             precision=precision,
             top=top,
             in_network=in_network,
+            space=space,
         )
     if as_json:
         echo_json([e.to_dict(train_tokens=tokens) for e in results])

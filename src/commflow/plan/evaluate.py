@@ -14,7 +14,14 @@ import math
 from dataclasses import dataclass, field
 
 from commflow.errors import CommflowError
-from commflow.plan.comm import ClusterLinks, cluster_links, collective_time, p2p_time
+from commflow.plan.comm import (
+    ClusterLinks,
+    cluster_links,
+    collective_line,
+    collective_time,
+    group_shape,
+    p2p_time,
+)
 from commflow.plan.compute import (
     Calibration,
     calibration_for,
@@ -270,6 +277,22 @@ def _exposed_gather(plan: Plan, grads: float, links: ClusterLinks, forward: floa
     return max(0.0, gather - forward) if plan.overlap else gather
 
 
+def _replica_collective(kind: str, size: float, plan: Plan, links: ClusterLinks) -> float:
+    """Seconds of the gradient reduction ``kind`` of ``size`` bytes over a stage's replicas:
+    the ``dp`` ranks of its data-parallel group, and for Chimera also the ``dp`` ranks that
+    hold the same stage in the other pipeline (``2·dp``; counted in other boxes when a
+    stage's ``tp·cp·dp`` ranks fill a box, else in the same box)."""
+    stride = plan.tp * plan.cp
+    if plan.schedule != "chimera":
+        return collective_time(kind, size, plan.dp, stride, links)
+    per_box, boxes = group_shape(plan.dp, stride, links.gpus_per_box)
+    if stride * plan.dp >= links.gpus_per_box:
+        boxes *= 2
+    else:
+        per_box *= 2
+    return collective_line(kind, per_box, boxes, links).time(size)
+
+
 def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterLinks,
                 window: float, forward: float) -> float:
     """Seconds a stage's data-parallel gradient reduction adds after its last backward pass.
@@ -288,16 +311,15 @@ def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterL
     from commflow.compress import wire_fraction
     from commflow.sched import Workload, drain, fitted_cost
 
-    stride = plan.tp * plan.cp
     gather = _exposed_gather(plan, grads, links, forward)
     grads *= wire_fraction(plan.dp_codec, WIRE_BYTES)
     kind = "allreduce" if plan.zero == 0 else "reducescatter"
-    reduce = collective_time(kind, grads, plan.dp, stride, links)
+    reduce = _replica_collective(kind, grads, plan, links)
     layers = spec.layers // (plan.pp * plan.vp) * plan.vp
     if not plan.overlap or reduce <= 0 or layers == 1:  # one layer: ready when backward ends
         return reduce + gather
     piece = grads / layers
-    cost = fitted_cost({piece: collective_time(kind, piece, plan.dp, stride, links),
+    cost = fitted_cost({piece: _replica_collective(kind, piece, plan, links),
                         grads: reduce}, name=f"{kind} over dp={plan.dp}")
     backward = Workload.from_lists("stage", [0.0] * layers, [window / layers] * layers,
                                    [piece] * layers)
@@ -343,7 +365,7 @@ def evaluate_on_links(
     grads = params * width
     window = plan.vp * (mb.backward + mb.weight)
     exposed = _exposed_dp(spec, plan, grads, links, window, plan.vp * mb.forward)
-    ends = [end + exposed for end in run.stage_end]
+    ends = [end + exposed for end in run.stage_time]
     critical = max(range(plan.pp), key=ends.__getitem__)
     sharded = params / (plan.dp if plan.zero else 1)
     optimizer = sharded * OPTIMIZER_BYTES / gpu.hbm_bandwidth
@@ -352,8 +374,8 @@ def evaluate_on_links(
     breakdown = {name: m * value for name, value in mb.parts.items()}
     busy = run.stage_busy[critical]
     breakdown = {"compute": busy - sum(breakdown.values()), **breakdown}
-    breakdown["pp_bubble"] = run.stage_end[critical] - busy
-    breakdown["dp"] = ends[critical] - run.stage_end[critical]
+    breakdown["pp_bubble"] = run.stage_time[critical] - busy
+    breakdown["dp"] = ends[critical] - run.stage_time[critical]
     breakdown["optimizer"] = optimizer
     breakdown["overhead"] = calibration.step_overhead
     gpus = plan.gpus

@@ -50,19 +50,25 @@ class Memory:
 
 def stage_params(model: TransformerSpec, plan: Plan) -> float:
     """Parameters held by one GPU of the first stage (its layers and the embedding); TP
-    splits everything, EP splits the experts."""
+    splits everything, EP splits the experts. Chimera's ranks hold two stages' layers (stage
+    ``s`` of the down pipeline and ``p - 1 - s`` of the up one: Li & Hoefler's ``2M_θ``);
+    its first rank's two stages carry the input and the output embedding."""
     experts = model.expert_params / model.layers
     per_layer = model.layer_params - experts + experts / plan.ep
-    return (model.layers / plan.pp * per_layer + model.embedding_params) / plan.tp
+    copies = 2 if plan.schedule == "chimera" else 1
+    return (copies * model.layers / plan.pp * per_layer + model.embedding_params) / plan.tp
 
 
 def in_flight(plan: Plan) -> float:
     """Micro-batches whose activations the first stage holds at its peak, in units of one
-    micro-batch through all its layers: GPipe ``m``, 1F1B and ZB-H1 ``min(p, m)``,
-    interleaved ``p·(1 + (p-1)/(p·v))`` (Korthikanti et al.)."""
+    micro-batch through all its layers: GPipe ``m``, 1F1B, ZB-H1 and Chimera ``min(p, m)``
+    (Chimera's most loaded rank: ``D·M_a`` of Li & Hoefler's Table 2), ZB-H2 ``min(2p-1, m)``
+    (Qi et al.'s ``(2p-1)M_B``), interleaved ``p·(1 + (p-1)/(p·v))`` (Korthikanti et al.)."""
     p, m = plan.pp, plan.microbatches
     if plan.schedule == "gpipe":
         return m
+    if plan.schedule == "zb-h2":
+        return min(2 * p - 1, m)
     if plan.schedule == "interleaved":
         return min(p * (1 + (p - 1) / (p * plan.vp)), m)
     return min(p, m)

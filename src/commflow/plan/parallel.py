@@ -10,7 +10,7 @@ from commflow.plan.hardware import PRECISION_BYTES
 from commflow.plan.models import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "chimera")
 TP_OVERLAPS = ("none", "pipelined")
 DP_CODECS = ("none", "fp16", "bf16", "int8", "int4")
 DP_SCHEDULES = ("ddp", "fifo", "horovod", "priority", "p3", "bytescheduler", "pace")
@@ -45,7 +45,8 @@ class Plan:
     recompute: str = "none"
     """Activation recompute: ``none``, ``selective`` or ``full``."""
     schedule: str = "1f1b"
-    """Pipeline schedule: ``gpipe``, ``1f1b``, ``interleaved`` or ``zb-h1``."""
+    """Pipeline schedule: ``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1``, ``zb-h2`` or
+    ``chimera`` (docs/planner.md, "Pipeline schedules")."""
     overlap: bool = True
     """Overlap gradient reduction / parameter gathering with backward / forward compute."""
     precision: str = "bf16"
@@ -166,5 +167,14 @@ def check_plan(model: TransformerSpec, plan: Plan, *, gpus: int, gpus_per_box: i
         problems.append(f"global batch {plan.global_batch} must be a multiple of dp*mb")
     elif plan.schedule == "interleaved" and plan.microbatches % plan.pp:
         problems.append(f"interleaved needs micro-batches ({plan.microbatches}) divisible by pp")
+    elif plan.schedule == "chimera" and plan.pp % 2 == 0 and plan.microbatches % plan.pp:
+        problems.append(
+            f"chimera needs micro-batches ({plan.microbatches}) a multiple of pp ({plan.pp}): "
+            "its scheduling unit is pp micro-batches, half down and half up; change the "
+            "global batch or mb")
+    if plan.schedule == "chimera" and plan.pp % 2:
+        problems.append(
+            f"chimera needs an even number of stages (pp={plan.pp}): each rank holds stage s "
+            "of one pipeline and pp-1-s of the other; use an even pp or another schedule")
     if problems:
         raise CommflowError(f"plan {plan.describe()} is invalid: " + "; ".join(problems))

@@ -42,8 +42,9 @@ class SearchSpace:
     """Micro-batch sizes."""
     virtual_stages: Sequence[int] = (2, 3, 4)
     """Chunks per stage tried with the interleaved schedule (besides plain 1F1B)."""
-    schedules: Sequence[str] = ("1f1b", "interleaved", "zb-h1")
-    """Pipeline schedules (``interleaved`` uses ``virtual_stages``; ``gpipe`` may be added)."""
+    schedules: Sequence[str] = ("1f1b", "interleaved", "zb-h1", "zb-h2", "chimera")
+    """Pipeline schedules (``interleaved`` uses ``virtual_stages``; ``chimera`` only with an
+    even ``pp`` and micro-batches a multiple of it; ``gpipe`` may be added)."""
     recompute: Sequence[str] = ("none", "selective", "full")
     """Activation recompute modes."""
     zero: Sequence[int] = (0, 1, 2, 3)
@@ -82,7 +83,8 @@ def _shapes(space: SearchSpace, pp: int) -> list[tuple[str, int]]:
     """``(schedule, vp)`` pairs for ``pp`` stages (one stage: plain 1F1B only)."""
     shapes = [("1f1b", 1)] if "1f1b" in space.schedules or pp == 1 else []
     if pp > 1:
-        shapes += [(s, 1) for s in space.schedules if s in ("gpipe", "zb-h1")]
+        shapes += [(s, 1) for s in space.schedules
+                   if s in ("gpipe", "zb-h1", "zb-h2") or s == "chimera" and pp % 2 == 0]
         if "interleaved" in space.schedules:
             shapes += [("interleaved", v) for v in space.virtual_stages]
     return shapes

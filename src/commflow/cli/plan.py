@@ -77,6 +77,7 @@ def _short(p: Plan) -> str:
         f"z{p.zero}" if p.zero else "",
         p.recompute if p.recompute != "none" else "",
         p.schedule if p.schedule not in ("1f1b", "interleaved") else "",
+        p.partition if p.partition != "even" else "",
     ]
     return " ".join([text, *filter(None, extras)])
 
@@ -104,7 +105,7 @@ def _row(e: Evaluation, parts: list[str], train_tokens: float | None) -> str:
     if train_tokens is not None:
         training = e.training(train_tokens)
         cells += [f"{training['train_days']:.1f}", f"{training['gpu_hours']:.0f}"]
-    return f"{_short(e.plan):<38}" + "".join(f"{c:>11}" for c in cells)
+    return f"{_short(e.plan):<46}" + "".join(f"{c:>11}" for c in cells)
 
 
 def plan(
@@ -183,6 +184,9 @@ def plan(
     if as_json:
         echo_json([e.to_dict(train_tokens=tokens) for e in results])
         return
+    kinds = dict.fromkeys(results[0].stage_accelerators) if results else {}
+    if len(kinds) > 1:  # a heterogeneous cluster: its boxes' accelerators
+        accelerator = "+".join(kinds)
     out.print(
         f"# {escape(spec.name)} on {escape(cluster)} x {escape(accelerator)}, "
         f"global batch {global_batch}, seq {spec.seq}"
@@ -194,7 +198,7 @@ def plan(
     header = [*HEADER, *(LABELS.get(p, p) for p in parts)]
     if tokens is not None:
         header += ["days", "GPU_hours"]
-    out.print(f"{'plan':<38}" + "".join(f"{h:>11}" for h in header), markup=False)
+    out.print(f"{'plan':<46}" + "".join(f"{h:>11}" for h in header), markup=False)
     for e in results:
         out.print(_row(e, parts, tokens), markup=False)
     if lanes:

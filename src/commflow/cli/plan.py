@@ -201,5 +201,10 @@ def plan(
     out.print(f"{'plan':<46}" + "".join(f"{h:>11}" for h in header), markup=False)
     for e in results:
         out.print(_row(e, parts, tokens), markup=False)
+    chosen_plan = results[0] if plan_text is not None else None
+    if chosen_plan is not None and (chosen_plan.plan.partition != "even" or len(kinds) > 1):
+        out.print("# layers per stage: " + ", ".join(
+            f"{n:g} on {a}" for n, a in zip(chosen_plan.stage_layers,
+                                            chosen_plan.stage_accelerators, strict=True)))
     if lanes:
         out.print(f"# timeline {escape(timeline)}: lanes per stage {', '.join(lanes)}")

@@ -109,6 +109,8 @@ class Evaluation:
             "memory_gib": self.memory.to_dict(),
             "fits": self.fits,
             "breakdown": dict(self.breakdown),
+            "stage_layers": list(self.stage_layers),
+            "stage_accelerators": list(self.stage_accelerators),
         }
         if train_tokens is not None:
             record.update(self.training(train_tokens))
@@ -189,9 +191,12 @@ def _stage_layers(spec: TransformerSpec, plan: Plan, devices: tuple[StageDevice,
     base = memory_per_gpu(spec, plan, layers=0).total
     per_layer_bytes = memory_per_gpu(spec, plan, layers=1).total - base
     per_layer, fixed, capacity = [], [], []
+    seconds: dict[int, float] = {}  # per StageDevice: stages on alike boxes share one
     for device, cal in zip(devices, cals, strict=True):
-        one = per_microbatch(spec, plan, device.accelerator, device.links, cal, layers=1)
-        per_layer.append(one.forward + one.backward + one.weight)
+        if id(device) not in seconds:
+            one = per_microbatch(spec, plan, device.accelerator, device.links, cal, layers=1)
+            seconds[id(device)] = one.forward + one.backward + one.weight
+        per_layer.append(seconds[id(device)])
         fixed.append(0.0)
         capacity.append(int((device.accelerator.hbm_bytes - base) // per_layer_bytes))
     logit = logits_time(spec, plan, devices[-1].accelerator, cals[-1])

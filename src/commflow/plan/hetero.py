@@ -50,14 +50,17 @@ def stage_devices(links: ClusterLinks, plan: Plan, default: Accelerator) -> tupl
     ``p - 1 - s`` (one per pipeline), so each of its stages gets the slower of the two."""
     if not links.heterogeneous:
         return (StageDevice(default, links),) * plan.pp
-    devices = []
+    devices, alike = [], {}  # stages on alike boxes share one StageDevice
     for s in range(plan.pp):
         blocks = _blocks(links, plan, s, s)
         if plan.schedule == "chimera":
             blocks += _blocks(links, plan, plan.pp - 1 - s, plan.pp - 1 - s)
-        gpus = [get_accelerator(b.accelerator) if b.accelerator else default for b in blocks]
-        gpu = min(gpus, key=lambda a: a.peak(plan.precision))
-        devices.append(StageDevice(gpu, _summary(links, blocks)))
+        key = frozenset(blocks)
+        if key not in alike:
+            gpus = [get_accelerator(b.accelerator) if b.accelerator else default for b in key]
+            gpu = min(gpus, key=lambda a: a.peak(plan.precision))
+            alike[key] = StageDevice(gpu, _summary(links, blocks))
+        devices.append(alike[key])
     return tuple(devices)
 
 

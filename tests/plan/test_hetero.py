@@ -12,7 +12,7 @@ from commflow.plan import MODELS, Plan, SearchSpace, evaluate, memory_per_gpu, s
 from commflow.plan.comm import cluster_links, p2p_time
 from commflow.plan.hardware import get_accelerator
 from commflow.plan.hetero import partition_layers, stage_devices
-from commflow.topology import dump, load, routes
+from commflow.topology import dump, load, routes, save
 from commflow.topology.formats.json_yaml import from_dict
 
 GPT = MODELS["gpt3-6.7b"]  # 32 layers
@@ -104,3 +104,11 @@ def test_search_on_a_mixed_cluster_tries_balanced_partitions():
     assert results[0].stage_layers[0] < results[0].stage_layers[-1]
     again = evaluate(GPT, MIXED, results[0].plan)
     assert again.step_time == pytest.approx(results[0].step_time)
+
+
+def test_a_saved_topology_file_keeps_its_accelerators_for_the_planner(tmp_path):
+    path = save(load(MIXED), tmp_path / "mixed.yaml")
+    plan = Plan(**BASE, partition="balanced")
+    from_file, preset = evaluate(GPT, str(path), plan), evaluate(GPT, MIXED, plan)
+    assert from_file.stage_accelerators == ("a100-80gb", "h100-sxm")
+    assert from_file.step_time == preset.step_time

@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/plan_search.py            # 1T on 3072 GPUs, top 5, 3 runs
     python benchmarks/plan_search.py --repeat 1 --model megatron-145b --gpus 1536 --batch 2304
+    python benchmarks/plan_search.py --cluster dgx-a100x192+dgx-h100x192   # heterogeneous
 
 Prints the candidate count, wall-clock and CPU seconds of each run (the first pays for the
 collective simulations, which are cached afterwards; the later runs clear the cache so every
@@ -37,7 +38,8 @@ def main() -> None:
     count = sum(
         1
         for _ in candidates(
-            spec, args.gpus, links.gpus_per_box, args.batch, args.precision, SearchSpace()
+            spec, args.gpus, links.gpus_per_box, args.batch, args.precision, SearchSpace(),
+            heterogeneous=links.heterogeneous,
         )
     )
     print(

@@ -26,7 +26,7 @@ def test_worked_example_output_is_current(commflow, tmp_path, monkeypatch):
     shutil.copytree(DATA, tmp_path / "tests" / "plan" / "data")  # run as from the repo root
     monkeypatch.chdir(tmp_path)
     runs = documented_runs()
-    assert len(runs) == 3
+    assert len(runs) == 5
     for argv, output in runs:
         run = commflow(*argv)
         assert run.code == 0, run.stderr

@@ -24,7 +24,9 @@ def test_outputs_are_consistent():
     record = result.to_dict()
     assert set(record) == {"plan", "step_time_s", "tokens_per_s", "tflops_per_gpu_hw",
                            "tflops_per_gpu_model", "mfu", "memory_per_gpu_gib", "memory_gib",
-                           "fits", "breakdown"}  # fmt: skip
+                           "fits", "breakdown", "stage_layers", "stage_accelerators"}  # fmt: skip
+    assert record["stage_layers"] == [16.0] * 2 and record["stage_accelerators"] == [
+        "a100-80gb"] * 2
 
 
 def test_megatron_flops_formulas():

@@ -71,7 +71,7 @@ def test_orders_alternate_after_warmup():
     assert stage_order("interleaved", 1, 2, 2, 2)[:2] == [("F", 0, 0), ("F", 1, 0)]
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved", "zb-h1"])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"])
 def test_extrapolation_equals_full_simulation(schedule):
     p, v = 8, (2 if schedule == "interleaved" else 1)
     times = OpTimes(
@@ -92,8 +92,10 @@ def test_formula_is_exact_for_uniform_1f1b():
     )
 
 
-def test_unknown_schedule():
-    with pytest.raises(CommflowError, match="schedule"):
+def test_unknown_schedule_and_chimera_without_simulation():
+    with pytest.raises(CommflowError, match="unknown pipeline schedule 'pipedream'"):
+        simulate_schedule("pipedream", uniform(2, 1, 1, 1, 1), 2, 0.0)
+    with pytest.raises(CommflowError, match="chimera has no event simulation"):
         simulate_schedule("chimera", uniform(2, 1, 1, 1, 1), 2, 0.0)
 
 

@@ -46,6 +46,8 @@ def test_cli_plan_json_matches_library(commflow):
     want = expected.to_dict()
     assert record.pop("breakdown") == pytest.approx(want.pop("breakdown"))
     assert record.pop("memory_gib") == pytest.approx(want.pop("memory_gib"))
+    for key in ("stage_layers", "stage_accelerators"):
+        assert record.pop(key) == want.pop(key)
     assert record == pytest.approx(want)
 
 
@@ -121,3 +123,19 @@ def test_cli_train_tokens_days_and_gpu_hours(commflow):
     for bad in ("lots", "-5", "0"):
         run = commflow(*args, bad)
         assert run.code == 2 and "token count" in run.stderr
+
+
+def test_cli_schedules_option_and_chimera_has_no_timeline(commflow, tmp_path):
+    run = commflow("plan", "--model", "gpt3-1.3b", "--gpus", "16", "--global-batch", "32",
+                   "--top", "3", "--schedules", "chimera", "--json")  # fmt: skip
+    assert run.code == 0, run.stderr
+    records = json.loads(run.stdout)
+    assert all("schedule=chimera" in r["plan"] or "pp=1," in r["plan"] for r in records)
+    assert all(len(r["stage_layers"]) == len(r["stage_accelerators"]) for r in records)
+    run = commflow("plan", "--model", "gpt3-1.3b", "--gpus", "16", "--global-batch", "32",
+                   "--schedules", "1f1b,pipedream")  # fmt: skip
+    assert run.code != 0 and "schedules are a comma-separated list of gpipe" in run.stderr
+    run = commflow("plan", "--model", "gpt3-1.3b", "--gpus", "16", "--global-batch", "32",
+                   "--plan", "tp=1,pp=2,dp=8,schedule=chimera", "--timeline",
+                   str(tmp_path / "c.png"))  # fmt: skip
+    assert run.code != 0 and "chimera is timed by its closed form" in run.stderr

@@ -1,8 +1,10 @@
 """The search space: ZeRO 0-3, context parallelism for long sequences, expert parallelism for
-MoE models, the ZB-H1 schedule, recompute modes and virtual stages, and valid search results."""
+MoE models, the zero-bubble and Chimera schedules, recompute modes and virtual stages, and
+valid search results."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +29,7 @@ def test_dense_short_sequence_enumerates_zero_schedules_recompute_vp():
     options = _options(plans)
     assert options == {
         "zero": {0, 1, 2, 3}, "cp": {1}, "ep": {1},
-        "schedule": {"1f1b", "interleaved", "zb-h1"},
+        "schedule": {"1f1b", "interleaved", "zb-h1", "zb-h2", "chimera"},
         "recompute": {"none", "selective", "full"}, "vp": {1, 2},
     }  # fmt: skip
     for p in plans:
@@ -78,3 +80,13 @@ def test_moe_search_uses_expert_parallelism():
     # sharding the experts cuts each GPU's optimizer step and gradient reduction more than
     # the all-to-alls cost here
     assert results[0].plan.ep > 1 and results[0].breakdown["ep"] > 0
+
+
+def test_1t_on_3072_gpus_searches_the_whole_space_in_under_a_minute():
+    # benchmarks/plan_search.py times the same search (docs/benchmarks.md, "Planner search")
+    start = time.perf_counter()
+    results = search("megatron-1t", "dgx-a100", gpus=3072, global_batch=3072, precision="fp16",
+                     top=3)
+    assert time.perf_counter() - start < 60
+    assert len(results) == 3 and all(r.fits for r in results)
+    assert {r.plan.schedule for r in results} <= set(SearchSpace().schedules)

@@ -6,8 +6,18 @@ import typer
 from rich.markup import escape
 
 from commflow.cli._output import choices, echo_json, out
-from commflow.plan import Evaluation, Plan, evaluate, get_model, parse_plan, resolve_cluster, search
+from commflow.plan import (
+    Evaluation,
+    Plan,
+    SearchSpace,
+    evaluate,
+    get_model,
+    parse_plan,
+    resolve_cluster,
+    search,
+)
 from commflow.plan.hardware import PRECISION_BYTES, implied_accelerator
+from commflow.plan.parallel import SCHEDULES
 from commflow.plan.timeline import draw_timeline
 
 Precision = choices("Precision", tuple(PRECISION_BYTES))
@@ -45,6 +55,17 @@ def parse_tokens(text: str) -> float:
     return value
 
 
+def parse_schedules(text: str) -> tuple[str, ...]:
+    """``--schedules``: comma-separated names of :data:`~commflow.plan.parallel.SCHEDULES`.
+    Raises ``typer.BadParameter`` for an unknown or missing name."""
+    names = tuple(filter(None, (part.strip().lower() for part in text.split(","))))
+    unknown = [name for name in names if name not in SCHEDULES]
+    if unknown or not names:
+        raise typer.BadParameter(
+            f"{text!r}: schedules are a comma-separated list of {', '.join(SCHEDULES)}")
+    return names
+
+
 def _short(p: Plan) -> str:
     """The plan in a table cell: sizes, then what differs from the defaults."""
     text = f"tp{p.tp} pp{p.pp} dp{p.dp} mb{p.mb}"
@@ -56,6 +77,7 @@ def _short(p: Plan) -> str:
         f"z{p.zero}" if p.zero else "",
         p.recompute if p.recompute != "none" else "",
         p.schedule if p.schedule not in ("1f1b", "interleaved") else "",
+        p.partition if p.partition != "even" else "",
     ]
     return " ".join([text, *filter(None, extras)])
 
@@ -83,7 +105,7 @@ def _row(e: Evaluation, parts: list[str], train_tokens: float | None) -> str:
     if train_tokens is not None:
         training = e.training(train_tokens)
         cells += [f"{training['train_days']:.1f}", f"{training['gpu_hours']:.0f}"]
-    return f"{_short(e.plan):<38}" + "".join(f"{c:>11}" for c in cells)
+    return f"{_short(e.plan):<46}" + "".join(f"{c:>11}" for c in cells)
 
 
 def plan(
@@ -107,6 +129,9 @@ def plan(
         None, "--plan", help='Evaluate one plan: "tp=8,pp=16,dp=24,mb=1,vp=2,sp=1,zero=1,..."'
     ),
     timeline: str = typer.Option(None, "--timeline", help="With --plan: write a PNG timeline."),
+    schedules: str = typer.Option(
+        ",".join(SearchSpace().schedules), "--schedules",
+        help=f"Pipeline schedules the search tries, comma-separated, of {', '.join(SCHEDULES)}."),
     in_network: bool = typer.Option(
         False, "--in-network",
         help="The network switches aggregate (SHARP): allreduce may use in-network aggregation."),
@@ -133,6 +158,7 @@ def plan(
     """
     precision = precision.value
     tokens = parse_tokens(train_tokens) if train_tokens is not None else None
+    space = SearchSpace(schedules=parse_schedules(schedules))
     spec = get_model(model, seq=seq)
     accelerator = accelerator or implied_accelerator(cluster)
     if plan_text is not None:
@@ -153,10 +179,14 @@ def plan(
             precision=precision,
             top=top,
             in_network=in_network,
+            space=space,
         )
     if as_json:
         echo_json([e.to_dict(train_tokens=tokens) for e in results])
         return
+    kinds = dict.fromkeys(results[0].stage_accelerators) if results else {}
+    if len(kinds) > 1:  # a heterogeneous cluster: its boxes' accelerators
+        accelerator = "+".join(kinds)
     out.print(
         f"# {escape(spec.name)} on {escape(cluster)} x {escape(accelerator)}, "
         f"global batch {global_batch}, seq {spec.seq}"
@@ -168,8 +198,13 @@ def plan(
     header = [*HEADER, *(LABELS.get(p, p) for p in parts)]
     if tokens is not None:
         header += ["days", "GPU_hours"]
-    out.print(f"{'plan':<38}" + "".join(f"{h:>11}" for h in header), markup=False)
+    out.print(f"{'plan':<46}" + "".join(f"{h:>11}" for h in header), markup=False)
     for e in results:
         out.print(_row(e, parts, tokens), markup=False)
+    chosen_plan = results[0] if plan_text is not None else None
+    if chosen_plan is not None and (chosen_plan.plan.partition != "even" or len(kinds) > 1):
+        out.print("# layers per stage: " + ", ".join(
+            f"{n:g} on {a}" for n, a in zip(chosen_plan.stage_layers,
+                                            chosen_plan.stage_accelerators, strict=True)))
     if lanes:
         out.print(f"# timeline {escape(timeline)}: lanes per stage {', '.join(lanes)}")

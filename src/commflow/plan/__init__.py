@@ -18,11 +18,12 @@ training runs. See docs/planner.md.
 from commflow.plan.compute import CALIBRATION, CALIBRATIONS, Calibration, calibration_for
 from commflow.plan.evaluate import Evaluation, evaluate, resolve_cluster
 from commflow.plan.hardware import ACCELERATORS, Accelerator, get_accelerator
+from commflow.plan.hetero import StageDevice, partition_layers, stage_devices
 from commflow.plan.hfconfig import from_hf_config
 from commflow.plan.memory import Memory, memory_per_gpu
 from commflow.plan.models import MODELS, LatentAttention, TransformerSpec, get_model
 from commflow.plan.parallel import Plan, check_plan, parse_plan
-from commflow.plan.pipeline import OpTimes, PipelineRun, simulate_schedule
+from commflow.plan.pipeline import OpTimes, PipelineRun, bubble_formula, simulate_schedule
 from commflow.plan.search import SearchSpace, search
 from commflow.plan.validation import PublishedRun, Validated, load_runs, summarize, validate
 
@@ -41,8 +42,10 @@ __all__ = [
     "Plan",
     "PublishedRun",
     "SearchSpace",
+    "StageDevice",
     "TransformerSpec",
     "Validated",
+    "bubble_formula",
     "calibration_for",
     "check_plan",
     "evaluate",
@@ -52,9 +55,11 @@ __all__ = [
     "load_runs",
     "memory_per_gpu",
     "parse_plan",
+    "partition_layers",
     "resolve_cluster",
     "search",
     "simulate_schedule",
+    "stage_devices",
     "summarize",
     "validate",
 ]

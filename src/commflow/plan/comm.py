@@ -17,8 +17,8 @@ ranks are simulated with fewer boxes and extrapolated with the ring cost
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 
 from commflow import tune
 from commflow.algorithms import build_for, multi_ring
@@ -46,8 +46,21 @@ FIT_SIZES = (16 * 2**20, 256 * 2**20)
 
 
 @dataclass(frozen=True)
+class BoxLinks:
+    """One box of a cluster, as the planner sees it."""
+
+    accelerator: str | None
+    """What its ranks compute on (``Node.accelerator``); ``None`` when the topology is silent."""
+    intra_bandwidth: float
+    """Bytes/s one of its GPUs can send inside the box."""
+    network_bandwidth: float
+    """Bytes/s one of its GPUs can send out of the box along the actual path (0: no network)."""
+
+
+@dataclass(frozen=True)
 class ClusterLinks:
-    """What the planner needs of a cluster topology: box size and per-GPU links."""
+    """What the planner needs of a cluster topology: box size and per-GPU links (of the
+    slowest box), and each box's own links and accelerator."""
 
     gpus: int
     """Ranks of the cluster."""
@@ -64,6 +77,15 @@ class ClusterLinks:
     in_network: bool = False
     """Whether the network switches aggregate (SHARP, SwitchML): allreduce may then use
     ``ina`` (:mod:`commflow.algorithms.in_network`)."""
+    boxes: tuple[BoxLinks, ...] = field(default=(), compare=False)
+    """Per block of ``gpus_per_box`` consecutive ranks (a box when ranks are numbered box by
+    box), its links and accelerator; empty: every box as the summary. Not compared (the
+    collective cache keys on the summary fields, which are all a group shape uses)."""
+
+    @cached_property
+    def heterogeneous(self) -> bool:
+        """Whether boxes differ in accelerator or links."""
+        return len(set(self.boxes)) > 1
 
 
 def cluster_links(topology: Topology, *, in_network: bool = False) -> ClusterLinks:
@@ -84,7 +106,8 @@ def cluster_links(topology: Topology, *, in_network: bool = False) -> ClusterLin
     for rank in range(topology.nranks):
         members.setdefault(topology.box_of(rank), []).append(rank)
     intra, net, intra_lat, net_lat = math.inf, math.inf, 0.0, 0.0
-    for ranks in members.values():
+    per_box_links: dict[int, BoxLinks] = {}
+    for box, ranks in members.items():
         box_intra, box_net = 0.0, 0.0
         into_nic: dict[int, float] = {}
         for rank in ranks:
@@ -105,10 +128,34 @@ def cluster_links(topology: Topology, *, in_network: bool = False) -> ClusterLin
                          if nodes[hop.dst].kind is not NodeKind.RANK
                          or nodes[hop.dst].box != nodes[nic].box)
             box_net += min(inflow, onward)
+        labels = {nodes[rank].accelerator for rank in ranks}
+        if len(labels) > 1:
+            raise CommflowError(
+                f"topology {topology.name}: box {box} mixes accelerators "
+                f"{sorted(map(str, labels))}; give every rank of a box the same one")
+        per_box_links[box] = BoxLinks(labels.pop(), box_intra / per_box, box_net / per_box)
         intra, net = min(intra, box_intra / per_box), min(net, box_net / per_box)
+    blocks = tuple(
+        _block(per_box_links, [topology.box_of(r) for r in range(start, start + per_box)],
+               topology.name)
+        for start in range(0, topology.nranks, per_box))
     return ClusterLinks(
-        topology.nranks, per_box, intra, net, intra_lat, net_lat or intra_lat, in_network,
+        topology.nranks, per_box, intra, net, intra_lat, net_lat or intra_lat, in_network, blocks,
     )
+
+
+def _block(boxes: dict[int, BoxLinks], members: list[int], name: str) -> BoxLinks:
+    """The links of a block of consecutive ranks in ``members``' boxes: the slowest of each.
+    Raises ``CommflowError`` when the boxes hold different accelerators."""
+    links = [boxes[b] for b in sorted(set(members))]
+    names = {link.accelerator for link in links}
+    if len(names) > 1:
+        raise CommflowError(
+            f"topology {name}: ranks of boxes {sorted(set(members))} with different "
+            "accelerators are numbered in one block; number the ranks box by box")
+    return BoxLinks(names.pop(),
+                    min(link.intra_bandwidth for link in links),
+                    min(link.network_bandwidth for link in links))
 
 
 def group_shape(size: int, stride: int, gpus_per_box: int) -> tuple[int, int]:

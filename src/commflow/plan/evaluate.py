@@ -14,28 +14,20 @@ import math
 from dataclasses import dataclass, field
 
 from commflow.errors import CommflowError
-from commflow.plan.comm import ClusterLinks, cluster_links, collective_time, p2p_time
-from commflow.plan.compute import (
-    Calibration,
-    calibration_for,
-    layer_times,
-    logits_time,
-    model_flops,
-)
+from commflow.plan.comm import ClusterLinks, cluster_links, p2p_time
+from commflow.plan.compute import Calibration, calibration_for, logits_time, model_flops
 from commflow.plan.hardware import Accelerator, get_accelerator, implied_accelerator
+from commflow.plan.hetero import StageDevice, boundary_links, partition_layers, stage_devices
 from commflow.plan.memory import Memory, memory_per_gpu, stage_params
 from commflow.plan.models import TransformerSpec, get_model
 from commflow.plan.parallel import Plan, check_plan
 from commflow.plan.pipeline import OpTimes, PipelineRun, formula_makespan, schedule_makespan
+from commflow.plan.reduction import exposed_dp, exposed_gather
+from commflow.plan.stagetime import WIRE_BYTES, PerMicrobatch, per_microbatch
 from commflow.topology import Topology, load
 
 OPTIMIZER_BYTES = 34
 """HBM bytes the Adam step reads and writes per (sharded) parameter (modelling choice)."""
-
-WIRE_BYTES = 2
-"""Bytes per element of what travels between GPUs (activations, gradients, gathered weights):
-16-bit in every precision, fp8 included (fp8 only feeds the GEMMs, as in Transformer
-Engine)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +64,10 @@ class Evaluation:
     zero_gather: float = 0.0
     """Exposed seconds of ZeRO-1/2's all-gather of the updated parameters (what the next
     step's first forward pass does not hide)."""
+    stage_layers: tuple[float, ...] = ()
+    """Layers of each pipeline stage (``plan.partition``)."""
+    stage_accelerators: tuple[str, ...] = ()
+    """Accelerator of each pipeline stage (its boxes'; heterogeneous clusters differ)."""
 
     def __repr__(self) -> str:
         """One line: the plan and its headline numbers, not the timeline (``pipeline`` holds
@@ -113,6 +109,8 @@ class Evaluation:
             "memory_gib": self.memory.to_dict(),
             "fits": self.fits,
             "breakdown": dict(self.breakdown),
+            "stage_layers": list(self.stage_layers),
+            "stage_accelerators": list(self.stage_accelerators),
         }
         if train_tokens is not None:
             record.update(self.training(train_tokens))
@@ -137,7 +135,8 @@ def resolve_cluster(cluster: Topology | str, gpus: int | None = None) -> Topolog
         topology = cluster
     else:
         topology = load(cluster)
-        if gpus is not None and topology.nranks != gpus and gpus % topology.nranks == 0:
+        if (gpus is not None and topology.nranks != gpus and gpus % topology.nranks == 0
+                and "+" not in cluster):
             topology = load(f"{cluster}x{gpus // topology.nranks}")
     if gpus is not None and topology.nranks != gpus:
         raise CommflowError(
@@ -154,79 +153,6 @@ def _hw_flops(model: TransformerSpec, plan: Plan) -> float:
     if plan.recompute == "selective":
         base += plan.global_batch * model.layers * 4 * model.seq**2 * model.hidden
     return base
-
-
-@dataclass(frozen=True)
-class _PerMicrobatch:
-    """Seconds per micro-batch on one stage, per model chunk (all chunks alike)."""
-
-    forward: float
-    backward: float
-    weight: float
-    parts: dict[str, float]  # exposed tp/cp/ep/zero3 seconds per micro-batch, all chunks
-    op_comm: dict[str, tuple[float, float]]  # the same per forward / backward op of a chunk
-
-
-def _per_microbatch(
-    model: TransformerSpec, plan: Plan, gpu: Accelerator, links: ClusterLinks, cal: Calibration
-) -> _PerMicrobatch:
-    lt = layer_times(model, plan, gpu, cal)
-    width = WIRE_BYTES
-    act = plan.mb * model.seq / plan.cp * model.hidden * width
-    if plan.sp:
-        tp = 2 * (
-            collective_time("allgather", act, plan.tp, 1, links)
-            + collective_time("reducescatter", act, plan.tp, 1, links)
-        )
-    else:
-        tp = 2 * collective_time("allreduce", act, plan.tp, 1, links)
-    kv = plan.mb * model.seq * model.kv_width * width
-    cp = collective_time("allgather", kv / plan.tp, plan.cp, plan.tp, links)
-    ep = 0.0
-    if model.experts > 1:
-        share = model.moe_layers / model.layers  # per layer, averaged over dense layers
-        ep = share * 2 * collective_time(
-            "alltoall", act * model.top_k / plan.tp, plan.ep, plan.tp * plan.cp, links
-        )
-    layers = model.layers / (plan.pp * plan.vp)
-    passes = 3 if plan.recompute == "full" else 2  # forward, backward, recomputed forward
-    gather = 0.0
-    if plan.zero == 3:  # each pass gathers the stage's parameters: allgather of their bytes
-        stage_bytes = layers * model.layer_params / plan.tp * width
-        gather = collective_time("allgather", stage_bytes, plan.dp, plan.tp * plan.cp, links)
-    fwd_compute = layers * lt.forward
-    bwd_compute = layers * (lt.backward_input + lt.recompute)
-    fwd_gather = max(0.0, gather - fwd_compute) if plan.overlap else gather
-    bwd_gather = max(0.0, gather - bwd_compute) if plan.overlap else gather
-    tp_fwd, tp_bwd = _exposed_tp(tp, plan, lt.forward, lt.backward_input + lt.recompute)
-    forward = fwd_compute + layers * (tp_fwd + cp + ep) + fwd_gather
-    backward = bwd_compute + layers * (tp_bwd + (cp + ep) * (passes - 1)) + bwd_gather
-    parts = {name: plan.vp * layers * passes * t for name, t in (("cp", cp), ("ep", ep))}
-    parts = {"tp": plan.vp * layers * (tp_fwd + tp_bwd), **parts}
-    parts["zero3_gather"] = plan.vp * (fwd_gather + bwd_gather)
-    op_comm = {
-        name: (layers * t, layers * t * (passes - 1)) for name, t in (("tp", tp), ("cp", cp),
-                                                                    ("ep", ep))
-    }
-    op_comm["zero3_gather"] = (fwd_gather, bwd_gather)
-    return _PerMicrobatch(forward, backward, layers * lt.backward_weight, parts, op_comm)
-
-
-def _exposed_tp(tp: float, plan: Plan, forward: float, backward: float) -> tuple[float, float]:
-    """Exposed TP/SP seconds per layer in the forward pass and in the backward passes (with
-    recompute's extra forward), ``tp`` being one pass's collectives.
-
-    ``pipelined``: each collective is cut into ``plan.tp`` steps, each overlapped with the
-    GEMM slice that uses (or produces) the previous one, so a pass exposes its first step
-    (``tp / plan.tp``) and whatever communication outlasts the pass's compute.
-    """
-    passes = 3 if plan.recompute == "full" else 2
-    if plan.tp_overlap == "none" or tp <= 0:
-        return tp, tp * (passes - 1)
-    first = tp / plan.tp
-    fwd = max(first, tp - forward)
-    bwd = max(first * (passes - 1), tp * (passes - 1) - backward)
-    return fwd, bwd
 
 
 def evaluate(
@@ -256,52 +182,26 @@ def evaluate(
     return evaluate_on_links(spec, links, plan, gpu, calibration=calibration, pipeline=pipeline)
 
 
-def _zero_gather(plan: Plan, grads: float, links: ClusterLinks) -> float:
-    """Seconds of ZeRO-1/2's all-gather of the updated parameters over the DP group."""
-    if plan.zero in (1, 2):
-        return collective_time("allgather", grads, plan.dp, plan.tp * plan.cp, links)
-    return 0.0
-
-
-def _exposed_gather(plan: Plan, grads: float, links: ClusterLinks, forward: float) -> float:
-    """Seconds of ZeRO-1/2's parameter all-gather left after ``forward`` seconds of the next
-    step's first forward pass (all of it without ``plan.overlap``)."""
-    gather = _zero_gather(plan, grads, links)
-    return max(0.0, gather - forward) if plan.overlap else gather
-
-
-def _exposed_dp(spec: TransformerSpec, plan: Plan, grads: float, links: ClusterLinks,
-                window: float, forward: float) -> float:
-    """Seconds a stage's data-parallel gradient reduction adds after its last backward pass.
-
-    The reduction (allreduce; reduce-scatter under ZeRO) of the last backward pass's
-    gradients, layer by layer as backward produces them (``window`` seconds for the stage's
-    layers, evenly), is scheduled by ``plan.dp_sched`` (:func:`commflow.sched.drain`, with
-    the message cost fitted to the simulated collective at one layer's and at all the
-    stage's gradient bytes); without ``plan.overlap`` it all follows backward. ZeRO-1/2's
-    all-gather of the updated parameters follows the optimizer step; with ``plan.overlap`` it
-    hides behind the next step's first forward pass (``forward`` seconds), bucket by bucket,
-    as Megatron-Core's ``overlap_param_gather`` does.
-    ``plan.dp_codec`` scales the gradient bytes on the wire
-    (:func:`commflow.compress.wire_fraction`), not the parameters' all-gather.
-    """
-    from commflow.compress import wire_fraction
-    from commflow.sched import Workload, drain, fitted_cost
-
-    stride = plan.tp * plan.cp
-    gather = _exposed_gather(plan, grads, links, forward)
-    grads *= wire_fraction(plan.dp_codec, WIRE_BYTES)
-    kind = "allreduce" if plan.zero == 0 else "reducescatter"
-    reduce = collective_time(kind, grads, plan.dp, stride, links)
-    layers = spec.layers // (plan.pp * plan.vp) * plan.vp
-    if not plan.overlap or reduce <= 0 or layers == 1:  # one layer: ready when backward ends
-        return reduce + gather
-    piece = grads / layers
-    cost = fitted_cost({piece: collective_time(kind, piece, plan.dp, stride, links),
-                        grads: reduce}, name=f"{kind} over dp={plan.dp}")
-    backward = Workload.from_lists("stage", [0.0] * layers, [window / layers] * layers,
-                                   [piece] * layers)
-    return drain(backward, plan.dp_sched, cost) + gather
+def _stage_layers(spec: TransformerSpec, plan: Plan, devices: tuple[StageDevice, ...],
+                  cals: list[Calibration]) -> tuple[float, ...]:
+    """Layers per stage: ``layers / pp`` each, or (``partition=balanced``) in proportion to each
+    stage's speed per layer, the last stage's logits counted, within each stage's memory."""
+    if plan.partition == "even":
+        return (spec.layers / plan.pp,) * plan.pp
+    base = memory_per_gpu(spec, plan, layers=0).total
+    per_layer_bytes = memory_per_gpu(spec, plan, layers=1).total - base
+    per_layer, fixed, capacity = [], [], []
+    seconds: dict[int, float] = {}  # per StageDevice: stages on alike boxes share one
+    for device, cal in zip(devices, cals, strict=True):
+        if id(device) not in seconds:
+            one = per_microbatch(spec, plan, device.accelerator, device.links, cal, layers=1)
+            seconds[id(device)] = one.forward + one.backward + one.weight
+        per_layer.append(seconds[id(device)])
+        fixed.append(0.0)
+        capacity.append(int((device.accelerator.hbm_bytes - base) // per_layer_bytes))
+    logit = logits_time(spec, plan, devices[-1].accelerator, cals[-1])
+    fixed[-1] = logit * (4 if plan.recompute == "full" else 3)  # forward, backward, weight
+    return tuple(float(n) for n in partition_layers(spec.layers, per_layer, fixed, capacity))
 
 
 def evaluate_on_links(
@@ -315,21 +215,30 @@ def evaluate_on_links(
 ) -> Evaluation:
     """:func:`evaluate` on a cluster already summarized by
     :func:`~commflow.plan.comm.cluster_links` (what :func:`~commflow.plan.search` calls for
-    each candidate)."""
+    each candidate). ``gpu`` serves the boxes whose topology names no accelerator; each
+    stage runs on its own boxes' accelerator and links (:mod:`commflow.plan.hetero`)."""
     check_plan(spec, plan, gpus=links.gpus, gpus_per_box=links.gpus_per_box)
-    if calibration is None:
-        calibration = calibration_for(gpu, plan.precision)
-    mb = _per_microbatch(spec, plan, gpu, links, calibration)
-    logit = logits_time(spec, plan, gpu, calibration)
-    forward = [[mb.forward] * plan.vp for _ in range(plan.pp)]
-    backward = [[mb.backward] * plan.vp for _ in range(plan.pp)]
-    weight = [[mb.weight] * plan.vp for _ in range(plan.pp)]
+    devices = stage_devices(links, plan, gpu)
+    cals = [calibration or calibration_for(d.accelerator, plan.precision) for d in devices]
+    layers = _stage_layers(spec, plan, devices, cals)
+    keys = [(id(devices[s]), layers[s]) for s in range(plan.pp)]  # alike stages computed once
+    per: dict[tuple[int, float], PerMicrobatch] = {}
+    for key, device, cal, count in zip(keys, devices, cals, layers, strict=True):
+        if key not in per:
+            per[key] = per_microbatch(spec, plan, device.accelerator, device.links, cal,
+                                      layers=count / plan.vp)
+    mbs = [per[key] for key in keys]
+    logit = logits_time(spec, plan, devices[-1].accelerator, cals[-1])
+    forward = [[mb.forward] * plan.vp for mb in mbs]
+    backward = [[mb.backward] * plan.vp for mb in mbs]
+    weight = [[mb.weight] * plan.vp for mb in mbs]
     forward[-1][-1] += logit
     backward[-1][-1] += logit * (2 if plan.recompute == "full" else 1)
     weight[-1][-1] += logit
     width = WIRE_BYTES
     act = plan.mb * spec.seq / plan.cp * spec.hidden * width / (plan.tp if plan.sp else 1)
-    p2p = p2p_time(act, plan.tp * plan.cp * plan.dp, links) if plan.pp > 1 else 0.0
+    stride = plan.tp * plan.cp * plan.dp
+    p2p = max((p2p_time(act, stride, b) for b in boundary_links(links, plan)), default=0.0)
     times = OpTimes(forward, backward, weight)
     if pipeline == "formula":
         run = formula_makespan(plan.schedule, times, plan.microbatches, p2p)
@@ -339,39 +248,56 @@ def evaluate_on_links(
         )
     else:
         raise CommflowError(f"pipeline must be simulate, exact or formula, got {pipeline!r}")
-    params = stage_params(spec, plan)
-    grads = params * width
-    window = plan.vp * (mb.backward + mb.weight)
-    exposed = _exposed_dp(spec, plan, grads, links, window, plan.vp * mb.forward)
-    ends = [end + exposed for end in run.stage_end]
+    tails: dict[tuple[int, float], tuple[float, float, float]] = {}  # dp, optimizer, gather
+    memories: dict[float, Memory] = {}
+    for key, device, count, mb in zip(keys, devices, layers, mbs, strict=True):
+        if key in tails:
+            continue
+        params = stage_params(spec, plan, layers=count)
+        grads = params * width
+        window = plan.vp * (mb.backward + mb.weight)
+        forward_pass = plan.vp * mb.forward
+        sharded = params / (plan.dp if plan.zero else 1)
+        tails[key] = (
+            exposed_dp(plan, grads, device.links, window, forward_pass, count),
+            sharded * OPTIMIZER_BYTES / device.accelerator.hbm_bandwidth,
+            exposed_gather(plan, grads, device.links, forward_pass),
+        )
+        memories.setdefault(count, memory_per_gpu(spec, plan, layers=count))
+    ends = [end + tails[key][0] + tails[key][1] for end, key in zip(run.stage_time, keys,
+                                                                    strict=True)]
     critical = max(range(plan.pp), key=ends.__getitem__)
-    sharded = params / (plan.dp if plan.zero else 1)
-    optimizer = sharded * OPTIMIZER_BYTES / gpu.hbm_bandwidth
-    step = ends[critical] + optimizer + calibration.step_overhead
+    exposed, optimizer, gather = tails[keys[critical]]
+    step = ends[critical] + cals[critical].step_overhead
     m = plan.microbatches
-    breakdown = {name: m * value for name, value in mb.parts.items()}
+    breakdown = {name: m * value for name, value in mbs[critical].parts.items()}
     busy = run.stage_busy[critical]
     breakdown = {"compute": busy - sum(breakdown.values()), **breakdown}
-    breakdown["pp_bubble"] = run.stage_end[critical] - busy
-    breakdown["dp"] = ends[critical] - run.stage_end[critical]
+    breakdown["pp_bubble"] = run.stage_time[critical] - busy
+    breakdown["dp"] = exposed
     breakdown["optimizer"] = optimizer
-    breakdown["overhead"] = calibration.step_overhead
+    breakdown["overhead"] = cals[critical].step_overhead
     gpus = plan.gpus
     flops_model = model_flops(spec, plan.global_batch, recompute=False)
-    memory = memory_per_gpu(spec, plan)
+    load = [memories[n].total / d.accelerator.hbm_bytes for n, d in zip(layers, devices,
+                                                                         strict=True)]
+    fullest = max(range(plan.pp), key=load.__getitem__)
+    peak = sum(d.accelerator.peak(plan.precision) for d in devices) / plan.pp
     return Evaluation(
         plan=plan,
         step_time=step,
         tokens_per_s=plan.global_batch * spec.seq / step,
         tflops_per_gpu_hw=_hw_flops(spec, plan) / (step * gpus) / 1e12,
         tflops_per_gpu_model=flops_model / (step * gpus) / 1e12,
-        mfu=flops_model / (step * gpus * gpu.peak(plan.precision)),
-        memory=memory,
-        fits=memory.total <= gpu.hbm_bytes,
+        mfu=flops_model / (step * gpus * peak),
+        memory=memories[layers[fullest]],
+        fits=max(load) <= 1.0,
         breakdown=breakdown,
         pipeline=run,
-        op_comm=mb.op_comm,
+        op_comm=mbs[critical].op_comm,
         p2p=p2p,
         exposed_dp=exposed,
-        zero_gather=_exposed_gather(plan, grads, links, plan.vp * mb.forward),
+        zero_gather=gather,
+        stage_layers=layers,
+        stage_accelerators=tuple(d.accelerator.name for d in devices),
     )

@@ -48,39 +48,50 @@ class Memory:
         return {k: v / GIB for k, v in {**asdict(self), "total": self.total}.items()}
 
 
-def stage_params(model: TransformerSpec, plan: Plan) -> float:
-    """Parameters held by one GPU of the first stage (its layers and the embedding); TP
-    splits everything, EP splits the experts."""
+def stage_params(model: TransformerSpec, plan: Plan, *, layers: float | None = None) -> float:
+    """Parameters held by one GPU of the first stage (its ``layers``, by default
+    ``model.layers / plan.pp``, and the embedding); TP splits everything, EP splits the
+    experts. Chimera's ranks hold two stages' layers (stage ``s`` of the down pipeline and
+    ``p - 1 - s`` of the up one: Li & Hoefler's ``2M_θ``); its first rank's two stages carry
+    the input and the output embedding."""
     experts = model.expert_params / model.layers
     per_layer = model.layer_params - experts + experts / plan.ep
-    return (model.layers / plan.pp * per_layer + model.embedding_params) / plan.tp
+    copies = 2 if plan.schedule == "chimera" else 1
+    count = model.layers / plan.pp if layers is None else layers
+    return (copies * count * per_layer + model.embedding_params) / plan.tp
 
 
 def in_flight(plan: Plan) -> float:
     """Micro-batches whose activations the first stage holds at its peak, in units of one
-    micro-batch through all its layers: GPipe ``m``, 1F1B and ZB-H1 ``min(p, m)``,
-    interleaved ``p·(1 + (p-1)/(p·v))`` (Korthikanti et al.)."""
+    micro-batch through all its layers: GPipe ``m``, 1F1B, ZB-H1 and Chimera ``min(p, m)``
+    (Chimera's most loaded rank: ``D·M_a`` of Li & Hoefler's Table 2), ZB-H2 ``min(2p-1, m)``
+    (Qi et al.'s ``(2p-1)M_B``), interleaved ``p·(1 + (p-1)/(p·v))`` (Korthikanti et al.)."""
     p, m = plan.pp, plan.microbatches
     if plan.schedule == "gpipe":
         return m
+    if plan.schedule == "zb-h2":
+        return min(2 * p - 1, m)
     if plan.schedule == "interleaved":
         return min(p * (1 + (p - 1) / (p * plan.vp)), m)
     return min(p, m)
 
 
-def memory_per_gpu(model: TransformerSpec, plan: Plan) -> Memory:
-    """Peak bytes on a first-stage GPU. Activation bytes per layer follow Korthikanti et al.:
+def memory_per_gpu(model: TransformerSpec, plan: Plan, *, layers: float | None = None) -> Memory:
+    """Peak bytes on a first-stage GPU holding ``layers`` layers (by default
+    ``model.layers / plan.pp``; an uneven partition gives each stage its own count, the
+    embedding and the first stage's micro-batches in flight counted on every stage).
+    Activation bytes per layer follow Korthikanti et al.:
     ``sbh/t·(34 + 5as/h)`` with SP, ``sbh·(10 + 24/t + 5as/(ht))`` without, selective
     recompute drops the ``5as/h`` term, full recompute keeps ``2sbh`` per layer plus one
     layer's full activations."""
-    params = stage_params(model, plan)
+    params = stage_params(model, plan, layers=layers)
     weights, gradients, optimizer = (
         params * size / (plan.dp if plan.zero >= stage else 1)
         for size, stage in zip(STATE_PARTS, (3, 2, 1), strict=True)
     )
     linear, scores = activation_bytes(model, plan)
     scale = PRECISION_BYTES[plan.precision] / 2
-    layers = model.layers / plan.pp
+    layers = model.layers / plan.pp if layers is None else layers
     full_layer = (linear + scores) * scale
     if plan.recompute == "full":
         sbh = model.seq / plan.cp * plan.mb * model.hidden

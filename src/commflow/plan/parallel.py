@@ -10,9 +10,10 @@ from commflow.plan.hardware import PRECISION_BYTES
 from commflow.plan.models import TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "chimera")
 TP_OVERLAPS = ("none", "pipelined")
 DP_CODECS = ("none", "fp16", "bf16", "int8", "int4")
+PARTITIONS = ("even", "balanced")
 DP_SCHEDULES = ("ddp", "fifo", "horovod", "priority", "p3", "bytescheduler", "pace")
 """Policies of :mod:`commflow.sched` that finish the gradient reduction before the optimizer
 step (the ones :func:`commflow.sched.drain` takes)."""
@@ -45,7 +46,8 @@ class Plan:
     recompute: str = "none"
     """Activation recompute: ``none``, ``selective`` or ``full``."""
     schedule: str = "1f1b"
-    """Pipeline schedule: ``gpipe``, ``1f1b``, ``interleaved`` or ``zb-h1``."""
+    """Pipeline schedule: ``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1``, ``zb-h2`` or
+    ``chimera`` (docs/planner.md, "Pipeline schedules")."""
     overlap: bool = True
     """Overlap gradient reduction / parameter gathering with backward / forward compute."""
     precision: str = "bf16"
@@ -61,6 +63,11 @@ class Plan:
     """How the overlapped gradient reduction is scheduled (:mod:`commflow.sched`): ``ddp``
     (25 MiB buckets), ``fifo``, ``horovod``, ``priority``, ``p3``, ``bytescheduler`` or
     ``pace``."""
+    partition: str = "even"
+    """Layers per pipeline stage: ``even`` (``layers / pp`` each) or ``balanced`` (in
+    proportion to each stage's speed, within its memory: HetPipe/AMP-style, for stages on
+    different accelerators or links, or a last stage slowed by the logits; needs ``vp = 1``;
+    :func:`commflow.plan.hetero.partition_layers`)."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "mb", "global_batch", "vp"):
@@ -89,6 +96,13 @@ class Plan:
         if self.dp_sched not in DP_SCHEDULES:
             raise CommflowError(
                 f"plan: dp_sched must be one of {', '.join(DP_SCHEDULES)}, got {self.dp_sched!r}")
+        if self.partition not in PARTITIONS:
+            raise CommflowError(
+                f"plan: partition must be one of {', '.join(PARTITIONS)}, got {self.partition!r}")
+        if self.partition == "balanced" and (self.vp > 1 or self.schedule == "chimera"):
+            raise CommflowError(
+                "plan: partition=balanced needs vp=1 and a schedule other than chimera (whose "
+                "ranks each hold two stages)")
 
     @property
     def gpus(self) -> int:
@@ -156,7 +170,9 @@ def check_plan(model: TransformerSpec, plan: Plan, *, gpus: int, gpus_per_box: i
         problems.append(f"tp {plan.tp} must divide the {gpus_per_box} GPUs of a box")
     if model.heads % plan.tp or model.kv_count % plan.tp and plan.tp % model.kv_count:
         problems.append(f"tp {plan.tp} must divide the {model.heads} heads")
-    if model.layers % (plan.pp * plan.vp):
+    if plan.partition == "balanced" and model.layers < plan.pp:
+        problems.append(f"pp {plan.pp} must not exceed the {model.layers} layers")
+    elif plan.partition == "even" and model.layers % (plan.pp * plan.vp):
         problems.append(f"pp*vp = {plan.pp * plan.vp} must divide the {model.layers} layers")
     if model.seq % plan.cp:
         problems.append(f"cp {plan.cp} must divide the sequence length {model.seq}")
@@ -166,5 +182,14 @@ def check_plan(model: TransformerSpec, plan: Plan, *, gpus: int, gpus_per_box: i
         problems.append(f"global batch {plan.global_batch} must be a multiple of dp*mb")
     elif plan.schedule == "interleaved" and plan.microbatches % plan.pp:
         problems.append(f"interleaved needs micro-batches ({plan.microbatches}) divisible by pp")
+    elif plan.schedule == "chimera" and plan.pp % 2 == 0 and plan.microbatches % plan.pp:
+        problems.append(
+            f"chimera needs micro-batches ({plan.microbatches}) a multiple of pp ({plan.pp}): "
+            "its scheduling unit is pp micro-batches, half down and half up; change the "
+            "global batch or mb")
+    if plan.schedule == "chimera" and plan.pp % 2:
+        problems.append(
+            f"chimera needs an even number of stages (pp={plan.pp}): each rank holds stage s "
+            "of one pipeline and pp-1-s of the other; use an even pp or another schedule")
     if problems:
         raise CommflowError(f"plan {plan.describe()} is invalid: " + "; ".join(problems))

@@ -1,6 +1,6 @@
 """Event-driven simulation of a pipeline schedule over micro-batches: GPipe, 1F1B
-(PipeDream-Flush), interleaved 1F1B (Narayanan et al. 2021) and zero-bubble ZB-H1 (Qi et al.
-2024).
+(PipeDream-Flush), interleaved 1F1B (Narayanan et al. 2021) and zero-bubble ZB-H1 and ZB-H2
+(Qi et al. 2024); closed forms for screening and for Chimera (Li & Hoefler 2021).
 
 Each stage runs its ops in the schedule's order; an op starts when its stage is free and its
 input has arrived (the neighbour's op done plus the point-to-point time). Forward of virtual
@@ -8,7 +8,15 @@ stage ``c·p + s`` follows forward of the virtual stage before it; backward foll
 virtual stage's backward. ZB-H1 splits backward into B (input gradient, on the critical path)
 and W (weight gradient): W passes wait in a queue and run when the next F or B would wait for
 its input and the W fits in the gap, before an F that would put more than ``p`` micro-batches
-in flight on the stage (ZB-H1's memory limit: 1F1B's peak), and at the end.
+in flight on the stage (ZB-H1's memory limit: 1F1B's peak), and at the end. ZB-H2 warms up
+with ``2(p - s - 1)`` forward passes on stage ``s`` and allows ``2p - 1`` micro-batches in
+flight; its stages keep their staggered starts from step to step (the paper's parallelogram,
+kept by replacing the optimizer's global synchronization with post-validation), so a stage's
+step time is its end minus its start (:attr:`PipelineRun.stage_offset`).
+
+Chimera (two pipelines in opposite directions, stage ``s`` of one and ``p - 1 - s`` of the
+other on each rank) has no event simulation here: :func:`formula_makespan` times it by the
+paper's closed form.
 """
 
 from __future__ import annotations
@@ -58,11 +66,20 @@ class PipelineRun:
     """Every op, in execution order per stage."""
     extrapolated: bool = False
     """Whether stage ends were extrapolated (then ``intervals`` cover a shorter run, or none)."""
+    stage_offset: tuple[float, ...] = ()
+    """When each stage starts its step, seconds, for a schedule whose next step starts as
+    staggered (ZB-H2); empty: every stage's step starts at 0."""
+
+    @property
+    def stage_time(self) -> tuple[float, ...]:
+        """Seconds of each stage's step: its end minus its offset."""
+        offsets = self.stage_offset or (0.0,) * len(self.stage_end)
+        return tuple(end - start for end, start in zip(self.stage_end, offsets, strict=True))
 
     @property
     def makespan(self) -> float:
-        """When the last stage finishes, seconds."""
-        return max(self.stage_end)
+        """The longest stage step, seconds (for all but ZB-H2: when the last stage ends)."""
+        return max(self.stage_time)
 
     def __repr__(self) -> str:
         """One line: stages, makespan and the number of ops, not the ops themselves."""
@@ -73,6 +90,9 @@ class PipelineRun:
 
 
 Op = tuple[str, int, int]  # (kind, microbatch, chunk)
+
+SIMULATED = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2")
+"""Schedules :func:`simulate_schedule` runs op by op."""
 
 
 def _interleaved_ids(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
@@ -88,6 +108,8 @@ def stage_order(schedule: str, stage: int, p: int, m: int, v: int = 1) -> list[O
     total = m * v
     if schedule == "interleaved":
         warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
+    elif schedule == "zb-h2":
+        warm = min(2 * (p - stage - 1), total)
     else:
         warm = min(p - stage - 1, total)
     fwd = [("F", *_interleaved_ids(k, p, v, False)) for k in range(total)]
@@ -103,8 +125,9 @@ _KIND = {"F": 0, "B": 1, "W": 2}
 
 
 def simulate_schedule(schedule: str, times: OpTimes, microbatches: int, p2p: float) -> PipelineRun:
-    """Run ``schedule`` on ``len(times.forward)`` stages for ``microbatches`` micro-batches;
-    ``p2p`` is the seconds an activation or gradient takes to reach the next stage.
+    """Run ``schedule`` (``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1``, ``zb-h2``) on
+    ``len(times.forward)`` stages for ``microbatches`` micro-batches; ``p2p`` is the seconds an
+    activation or gradient takes to reach the next stage.
 
     GPipe and 1F1B send blocking (Megatron-LM's ``send_forward_recv_backward``, DeepSpeed's
     pipeline engine): the sending stage waits ``p2p`` after each op whose output goes to
@@ -112,9 +135,15 @@ def simulate_schedule(schedule: str, times: OpTimes, microbatches: int, p2p: flo
     ``overlap_p2p_comm``). Raises ``CommflowError`` for an unknown schedule or one that
     deadlocks."""
     p, v, m = len(times.forward), len(times.forward[0]), microbatches
-    if schedule not in ("gpipe", "1f1b", "interleaved", "zb-h1"):
-        raise CommflowError(f"unknown pipeline schedule {schedule!r}")
-    split = schedule == "zb-h1"
+    if schedule == "chimera":
+        raise CommflowError(
+            "pipeline schedule chimera has no event simulation: time it with formula_makespan "
+            "(evaluate does)")
+    if schedule not in SIMULATED:
+        raise CommflowError(
+            f"unknown pipeline schedule {schedule!r}; simulated: {', '.join(SIMULATED)}")
+    split = schedule in ("zb-h1", "zb-h2")
+    limit = 2 * p - 1 if schedule == "zb-h2" else p
     blocking = p2p if schedule in ("gpipe", "1f1b") and p > 1 else 0.0
     orders = [stage_order(schedule, s, p, m, v) for s in range(p)]
     duration = (times.forward, times.backward, times.weight)
@@ -163,7 +192,7 @@ def simulate_schedule(schedule: str, times: OpTimes, microbatches: int, p2p: flo
                 inflight[s] += kind == "F"
                 while pending[s] and (
                     kind == "F"
-                    and inflight[s] >= p
+                    and inflight[s] >= limit
                     or free[s] + times.weight[s][pending[s][0][1]] <= ready
                 ):
                     run_w(s)
@@ -184,7 +213,10 @@ def simulate_schedule(schedule: str, times: OpTimes, microbatches: int, p2p: flo
                     run_w(s)
         if not progressed:
             raise CommflowError(f"pipeline schedule {schedule} deadlocks with p={p}, v={v}")
-    return PipelineRun(tuple(free), tuple(busy), tuple(intervals))
+    offsets = ()
+    if schedule == "zb-h2":
+        offsets = tuple(min(i.start for i in intervals if i.stage == s) for s in range(p))
+    return PipelineRun(tuple(free), tuple(busy), tuple(intervals), stage_offset=offsets)
 
 
 def schedule_makespan(
@@ -193,10 +225,12 @@ def schedule_makespan(
     """Like :func:`simulate_schedule`; unless ``exact``, a long run is extrapolated: once
     every stage is in its steady state (``p + 2`` micro-batches, ``2p`` for interleaved) each
     further micro-batch adds the same time to every stage, so two short runs give the line
-    (``intervals`` then holds the longer short run)."""
+    (``intervals`` then holds the longer short run). Chimera is always its closed form."""
     p = len(times.forward)
+    if schedule == "chimera":
+        return formula_makespan(schedule, times, microbatches, p2p)
     step = p if schedule == "interleaved" else 1
-    m2 = 2 * p if schedule == "interleaved" else p + 2
+    m2 = {"interleaved": 2 * p, "zb-h2": 2 * p + 2}.get(schedule, p + 2)
     if exact or microbatches <= m2:
         return simulate_schedule(schedule, times, microbatches, p2p)
     run1 = simulate_schedule(schedule, times, m2 - step, p2p)
@@ -211,14 +245,40 @@ def schedule_makespan(
         line(run1.stage_busy, run2.stage_busy),
         run2.intervals,
         extrapolated=True,
+        stage_offset=run2.stage_offset,
     )
 
 
+def bubble_formula(schedule: str, p: int, f: float, b: float, w: float) -> float:
+    """The papers' closed-form bubble of ``schedule`` on ``p`` stages, seconds per step, for
+    a stage's forward ``f``, input-gradient ``b`` and weight-gradient ``w`` seconds per
+    micro-batch (no communication):
+
+    - GPipe, 1F1B: ``(p-1)(f+b+w)`` (Huang et al. 2019; Narayanan et al. 2021); interleaved
+      the same of a chunk (``f, b, w`` of one of the ``v`` chunks);
+    - ZB-H1: ``(p-1)(f+b-w)``; ZB-H2: ``(p-1)(f+b-2w)`` (Qi et al. 2024, Table 1 — 0 for
+      equal passes), neither below 0;
+    - Chimera: ``(p-2)/2 · (f+b+w)`` (Li & Hoefler 2021, Table 2: bubble ratio
+      ``(D-2)/(2N+D-2)`` of ``N`` micro-batches on ``D`` stages).
+    """
+    if p <= 1:
+        return 0.0
+    if schedule == "zb-h1":
+        return (p - 1) * max(f + b - w, 0.0)
+    if schedule == "zb-h2":
+        return (p - 1) * max(f + b - 2 * w, 0.0)
+    if schedule == "chimera":
+        return (p - 2) / 2 * (f + b + w)
+    return (p - 1) * (f + b + w)
+
+
 def formula_makespan(schedule: str, times: OpTimes, microbatches: int, p2p: float) -> PipelineRun:
-    """Closed-form estimate for screening many plans: every stage busy ``m·Σ(F+B+W)`` plus the
-    bubble ``(p-1)·(F+B+2·p2p)`` of one chunk (GPipe, 1F1B, interleaved: chunks are ``1/v``
-    of a stage), ``(p-1)·max(F+B-W, 0)`` for ZB-H1; ``F, B, W`` of the slowest stage; GPipe
-    and 1F1B also wait ``2·p2p`` per micro-batch for their blocking sends. No intervals."""
+    """Closed-form step of ``schedule``: every stage busy ``m·Σ(F+B+W)`` plus
+    :func:`bubble_formula` of one chunk's ``F, B, W`` of the slowest stage, plus ``2·p2p``
+    per stage boundary (the fill and drain cross ``p - 1`` of them each way). GPipe and 1F1B
+    also wait ``2·p2p`` per micro-batch for their blocking sends. Chimera: rank ``s`` runs
+    half the micro-batches on stage ``s`` and half on stage ``p - 1 - s``, so it is busy
+    ``m/2·(t_s + t_{p-1-s})``. No intervals."""
     p = len(times.forward)
     per_stage = [
         sum(f + b + w for f, b, w in zip(fs, bs, ws, strict=True))
@@ -227,11 +287,12 @@ def formula_makespan(schedule: str, times: OpTimes, microbatches: int, p2p: floa
     f = max(max(row) for row in times.forward)
     b = max(max(row) for row in times.backward)
     w = max(max(row) for row in times.weight)
-    if schedule == "zb-h1":
-        bubble = (p - 1) * (max(f + b - w, 0.0) + 2 * p2p)
+    bubble = bubble_formula(schedule, p, f, b, w) + (p - 1) * 2 * p2p
+    if schedule == "chimera":
+        busy = tuple(microbatches * (t + per_stage[p - 1 - s]) / 2
+                     for s, t in enumerate(per_stage))
     else:
-        bubble = (p - 1) * (f + b + w + 2 * p2p)
-    busy = tuple(microbatches * t for t in per_stage)
+        busy = tuple(microbatches * t for t in per_stage)
     if p > 1 and schedule in ("gpipe", "1f1b"):
         bubble += 2 * p2p * microbatches
     end = max(busy) + (bubble if p > 1 else 0.0)

@@ -67,8 +67,13 @@ def draw_timeline(evaluation: Evaluation, path: str | os.PathLike) -> list[str]:
     drawn for each stage (``compute`` first, then the communication lanes that have boxes).
 
     Raises ``CommflowError`` when the evaluation's pipeline was extrapolated or estimated
-    (evaluate with ``pipeline="exact"``) or matplotlib is missing."""
+    (evaluate with ``pipeline="exact"``), for Chimera (closed form only) or when matplotlib is
+    missing."""
     run = evaluation.pipeline
+    if evaluation.plan.schedule == "chimera":
+        raise CommflowError(
+            "chimera is timed by its closed form and has no op timeline to draw; draw the "
+            "plan with another schedule (1f1b, zb-h2, ...)")
     if run.extrapolated:
         raise CommflowError(
             "this evaluation has no full timeline: evaluate with pipeline='exact' to draw it"

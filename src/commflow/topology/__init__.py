@@ -11,7 +11,7 @@ from commflow.topology.load import load, presets
 from commflow.topology.rings import nccl_rings, ring_order
 from commflow.topology.routing import diameter, rank_hops, routes, weighted_routes
 from commflow.topology.synthetic import fat_tree, fully_connected, line, ring, switch, torus
-from commflow.topology.systems import dgx1, dgx2, dgx_a100, dgx_h100, mi250, ndv2
+from commflow.topology.systems import dgx1, dgx2, dgx_a100, dgx_h100, mi250, mixed, ndv2
 
 __all__ = [
     "Link",
@@ -33,6 +33,7 @@ __all__ = [
     "load",
     "make_topology",
     "mi250",
+    "mixed",
     "ndv2",
     "presets",
     "nccl_rings",

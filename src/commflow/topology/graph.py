@@ -32,13 +32,16 @@ class Node:
     """One node: a compute rank, a switch or a NIC.
 
     ``box`` is the index of the machine (server) the node belongs to, ``None`` for network
-    switches outside any box.
+    switches outside any box. ``accelerator`` names what a rank computes on (``h100-sxm``,
+    as :mod:`commflow.plan.hardware` names them), ``None`` when the topology does not say; it
+    is no part of the fingerprint (links alone decide how collectives run).
     """
 
     id: int
     kind: NodeKind
     name: str
     box: int | None = None
+    accelerator: str | None = None
 
 
 @dataclass(frozen=True)

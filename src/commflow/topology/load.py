@@ -1,6 +1,8 @@
 """Load a topology by preset name (``dgx-a100x4``, ``ring8``, ...) or from a file.
 
-Preset names are case-insensitive and accept ``_`` for ``-``. Files are read by extension
+Preset names are case-insensitive and accept ``_`` for ``-``; rail-optimized systems joined by
+``+`` (``dgx-a100x2+dgx-h100``) make one heterogeneous cluster (:func:`systems.mixed`). Files
+are read by extension
 (``.json``, ``.yaml``/``.yml``, ``.xml``) or, failing that, by content: ``<`` opens NCCL XML,
 ``{`` JSON, a row starting ``GPU0`` the ``nvidia-smi topo -m`` matrix.
 """
@@ -74,11 +76,27 @@ _PARSERS: dict[str, Callable[..., Topology]] = {
 
 def presets() -> tuple[str, ...]:
     """The preset name patterns :func:`load` accepts (``<n>``: a number, ``[...]``: optional)."""
-    return tuple(p.pattern for p in _PRESETS)
+    return (*(p.pattern for p in _PRESETS), "dgx-a100[x<boxes>]+dgx-h100[x<boxes>]+...")
+
+
+_MIXED_PART = re.compile("(?P<system>" + "|".join(systems.RAIL_SYSTEMS) + ")" + _BOXES)
+
+
+def _mixed(key: str) -> Topology | None:
+    """``dgx-a100x2+dgx-h100``: :func:`systems.mixed`; ``None`` unless every part matches."""
+    parts = []
+    for text in key.split("+"):
+        match = _MIXED_PART.fullmatch(text.strip())
+        if match is None:
+            return None
+        parts.append((match["system"], _boxes(match)))
+    return systems.mixed(parts)
 
 
 def _preset(name: str) -> Topology | None:
     key = name.strip().lower().replace("_", "-")
+    if "+" in key:
+        return _mixed(key)
     for preset in _PRESETS:
         match = preset.regex.fullmatch(key)
         if match:

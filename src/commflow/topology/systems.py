@@ -14,6 +14,7 @@ modelling choices, not measurements: :data:`INTRA_BOX_LATENCY` for links inside 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from commflow.errors import TopologyError
@@ -197,6 +198,48 @@ def dgx_h100(
     """NVIDIA DGX H100 (8x H100 per box), each GPU <-> NVSwitch at 450 GB/s; with several
     boxes one 50 GB/s NIC per GPU and two rail IB switches as in :func:`dgx_a100`."""
     return _rail_optimized("dgx-h100", boxes, bandwidth, network_bandwidth, latency)
+
+
+RAIL_SYSTEMS: dict[str, tuple[str, float, float]] = {
+    "dgx-a100": ("a100-80gb", 300e9, 25e9),
+    "dgx-h100": ("h100-sxm", 450e9, 50e9),
+}
+"""Rail-optimized boxes :func:`mixed` combines: the accelerator their GPUs are (as
+:mod:`commflow.plan.hardware` names it), NVSwitch port and NIC bytes/s per direction."""
+
+
+def mixed(parts: Sequence[tuple[str, int]], *, latency: float | None = None) -> Topology:
+    """A heterogeneous cluster: ``parts`` are ``(system, boxes)`` of :data:`RAIL_SYSTEMS`,
+    e.g. ``[("dgx-a100", 2), ("dgx-h100", 1)]``, boxes numbered in that order. Each box keeps
+    its NVSwitch port and NIC bandwidth and labels its ranks with its accelerator
+    (``Node.accelerator``); every NIC meets the two rail IB switches as in :func:`dgx_a100`,
+    its link at its own box's NIC speed, so traffic between boxes of different kinds runs at
+    the slower NIC. Named ``dgx-a100x2+dgx-h100x1``."""
+    if not parts:
+        raise TopologyError("mixed: give at least one (system, boxes) part")
+    for system, count in parts:
+        if system not in RAIL_SYSTEMS:
+            raise TopologyError(
+                f"mixed: unknown system {system!r}; use one of {', '.join(RAIL_SYSTEMS)}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise TopologyError(f"mixed: {system} needs boxes >= 1, got {count!r}")
+    kinds = [system for system, count in parts for _ in range(count)]
+    name = "+".join(f"{system}x{count}" for system, count in parts)
+    b = _Builder(name, len(kinds), 8, *_latencies(latency))
+    b.nodes = [replace(n, accelerator=RAIL_SYSTEMS[kinds[n.box or 0]][0]) for n in b.nodes]
+    for box, system in enumerate(kinds):
+        sw = b.add(NodeKind.SWITCH, f"box{box}.nvswitch", box)
+        for local in range(8):
+            b.links += duplex(b.rank(box, local), sw, RAIL_SYSTEMS[system][1], b.intra_latency)
+    if len(kinds) > 1:
+        rails = [b.add(NodeKind.SWITCH, f"ib-rail{r}", None) for r in range(2)]
+        for box, system in enumerate(kinds):
+            nic_bandwidth = RAIL_SYSTEMS[system][2]
+            for local in range(8):
+                nic = b.add(NodeKind.NIC, f"box{box}.nic{local}", box)
+                b.links += duplex(b.rank(box, local), nic, nic_bandwidth, b.intra_latency)
+                b.links += duplex(nic, rails[local % 2], nic_bandwidth, b.network_latency)
+    return make_topology(name, b.nodes, b.links)
 
 
 def mi250(

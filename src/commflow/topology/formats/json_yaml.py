@@ -9,7 +9,9 @@
      "links": [{"src": "gpu0", "dst": "sw", "bandwidth": 25e9, "latency": 1e-6,
                 "duplex": true, "count": 1}]}
 
-Nodes are referenced by name. ``kind`` is ``rank``, ``switch`` or ``nic``; ``box`` is optional.
+Nodes are referenced by name. ``kind`` is ``rank``, ``switch`` or ``nic``; ``box`` is optional;
+so is a rank's ``accelerator`` (``"h100-sxm"``: what it computes on, read by the planner, which
+sizes pipeline stages to their boxes' accelerators).
 Ranks may be listed anywhere; they become ids ``0..n-1`` in the order of the rank entries, then
 the other nodes follow in file order. A link's ``bandwidth`` is that of *one* link in bytes/s
 (a number) or a string with units (``"25GB/s"``, ``"100gbit"``; a bare ``"25"`` means 25 GB/s,
@@ -34,7 +36,7 @@ from commflow.topology.graph import Link, Node, NodeKind, Topology, make_topolog
 from commflow.topology.synthetic import DEFAULT_LATENCY
 from commflow.units import parse_bandwidth, parse_time
 
-_NODE_KEYS = {"name", "kind", "box"}
+_NODE_KEYS = {"name", "kind", "box", "accelerator"}
 _LINK_KEYS = {"src", "dst", "bandwidth", "latency", "duplex", "count"}
 
 
@@ -75,6 +77,11 @@ def _quantity(value: object, where: str, parse: Callable[[str], float], what: st
     return number
 
 
+def _order(spec: tuple) -> tuple[bool, int]:
+    """Ranks first, then file order."""
+    return spec[0], spec[1]
+
+
 def _nodes(entries: list[Any], source: str) -> tuple[list[Node], dict[str, int]]:
     specs = []
     for i, entry in enumerate(entries):
@@ -90,13 +97,19 @@ def _nodes(entries: list[Any], source: str) -> tuple[list[Node], dict[str, int]]
             raise TopologyError(f"{where} ({name}): 'kind' must be one of {kinds}") from None
         if box is not None and (isinstance(box, bool) or not isinstance(box, int)):
             raise TopologyError(f"{where} ({name}): 'box' must be an integer or null")
-        specs.append((kind is not NodeKind.RANK, i, name, kind, box))
+        accelerator = entry.get("accelerator")
+        if accelerator is not None and (not isinstance(accelerator, str) or not accelerator
+                                        or kind is not NodeKind.RANK):
+            raise TopologyError(
+                f"{where} ({name}): 'accelerator' must be a non-empty string on a rank "
+                "(e.g. \"h100-sxm\")")
+        specs.append((kind is not NodeKind.RANK, i, name, kind, box, accelerator))
     nodes, ids = [], {}
-    for node_id, (_, i, name, kind, box) in enumerate(sorted(specs)):
+    for node_id, (_, i, name, kind, box, accelerator) in enumerate(sorted(specs, key=_order)):
         if name in ids:
             raise TopologyError(f"{source}: nodes[{i}]: duplicate node name {name!r}")
         ids[name] = node_id
-        nodes.append(Node(node_id, kind, name, box))
+        nodes.append(Node(node_id, kind, name, box, accelerator))
     return nodes, ids
 
 
@@ -170,7 +183,11 @@ def dump(topology: Topology) -> dict[str, Any]:
         )
     return {
         "name": topology.name,
-        "nodes": [{"name": n.name, "kind": n.kind.value, "box": n.box} for n in topology.nodes],
+        "nodes": [
+            {"name": n.name, "kind": n.kind.value, "box": n.box}
+            | ({"accelerator": n.accelerator} if n.accelerator else {})
+            for n in topology.nodes
+        ],
         "links": links,
     }
 

@@ -70,3 +70,12 @@ def test_dgx1_waits_point_to_the_next_depth_only(collective):
 def test_levels_must_not_be_negative():
     with pytest.raises(AlgorithmError, match="levels"):
         lower_streams(Collective.ALLGATHER, EDGES, down=[], pieces=1, name="t", levels=-1)
+
+
+@pytest.mark.parametrize("levels", [2, 3, 5])
+def test_depths_sharing_a_channel_never_deadlock(levels):
+    # an allreduce's hops into the roots and out of them may share a channel: every channel
+    # runs its hops up before its hops down
+    from commflow.synth import synthesize
+
+    verify(synthesize("allreduce", DGX1, pieces=1, levels=levels), target="msccl")

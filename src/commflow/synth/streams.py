@@ -224,7 +224,7 @@ class _Steps:
     def __init__(self, collective: Collective, nranks: int, chunks: int, arrival: np.ndarray,
                  levels: int = 0, depths: tuple[int, int] = (0, 0)):  # fmt: skip
         self.collective, self.n, self.chunks, self.arrival = collective, nranks, chunks, arrival
-        self.up_depth = depths[0]
+        self.up_depth, self.down_depth = depths
         self.depth_count = max(1, sum(depths))
         self.groups = min(levels, self.depth_count) if levels else 1
         self.copy_channel = nranks * nranks * self.groups
@@ -232,25 +232,30 @@ class _Steps:
         self.rows: list[tuple[int, ...]] = []
         self.deps: list[tuple[int, ...]] = []
         self.hops: list[int] = []
-        self.ahead: list[int] = []
+        self.stage: list[int] = []
         self.hop_weight = 1.0 + float(arrival.max(initial=0.0))
 
     @property
     def leveled(self) -> bool:
         return self.groups > 1
 
+    def _down_stage(self, height: int) -> int:
+        """Stage of a hop down into a rank with ``height`` hops below it: after every hop up
+        (stages 0 .. up-tree depth - 1: the sender's height), the more below, the sooner."""
+        return self.up_depth + self.down_depth - height
+
     def _chan(self, src: int, dst: int, level: int) -> int:
         """The channel of hops ``src -> dst`` of depth index ``level`` (0: the first hops)."""
         return (src * self.n + dst) * self.groups + level * self.groups // self.depth_count
 
     def _add(self, part, chan, op, peer, src: Ref | None, dst: Ref | None, deps, hop,
-             ahead: int = 0) -> int:  # fmt: skip
-        """Append a step; ``ahead`` orders it before steps of its channel with smaller keys
-        (by levels, whole hops ahead of it in its tree)."""
+             stage: int = 0) -> int:  # fmt: skip
+        """Append a step; with levels, a channel runs its steps by ``stage`` first (it grows
+        along every dependency), then by key."""
         self.rows.append(step_row(part, chan, op, peer, src, dst))
         self.deps.append(tuple(deps))
         self.hops.append(hop)
-        self.ahead.append(ahead)
+        self.stage.append(stage)
         return len(self.rows) - 1
 
     def _arrivals(self, phase: int, rank: int, instances: np.ndarray) -> np.ndarray:
@@ -283,7 +288,7 @@ class _Steps:
     def _template(self, r, block, up, down, children, chunks, instances) -> None:
         """Steps of ``chunks`` whose up-tree ranks take their children in the order of
         ``children`` (rank -> children; others as the tree lists them)."""
-        self.rows, self.deps, self.hops, self.ahead = [], [], [], []
+        self.rows, self.deps, self.hops, self.stage = [], [], [], []
         data, partial, final, dst = chunk_refs(self.collective, block, 0)
         last: tuple[int, ...] = ()
         if up is not None:
@@ -295,8 +300,8 @@ class _Steps:
         phase, rank = np.divmod(np.array(self.hops, dtype=np.int64), self.n)
         at = (phase[None, :] * self.chunks + instances[:, None]) * self.n + rank[None, :]
         keys = np.where(phase[None, :] >= 0, self.arrival[np.maximum(at, 0)], 0.0)
-        if self.leveled:  # a whole hop of height outweighs any arrival time (seconds)
-            keys = keys - np.array(self.ahead, dtype=float)[None, :] * self.hop_weight
+        if self.leveled:  # one stage outweighs any arrival time (seconds)
+            keys = keys + np.array(self.stage, dtype=float)[None, :] * self.hop_weight
         self.blocks.append((np.array(self.rows, dtype=np.int64), self.deps, keys, chunks))
 
     def _up(self, tree: Tree, children, data: Ref, partial: Ref, final: Ref) -> tuple[int, ...]:
@@ -316,18 +321,19 @@ class _Steps:
                 chan = self._chan(child, rank, self.up_depth - depth[child])
                 if j == 0 or not self.leveled:
                     deps = (self._add(rank, chan, Op.RECV_REDUCE, child, src, acc, deps,
-                                      UP_HOP * n + child, -height[child]),)  # fmt: skip
+                                      UP_HOP * n + child, height[child]),)  # fmt: skip
                     src = acc
                     continue
-                slot = Ref(Buffer.SCRATCH, self.chunks * j + data.index, acc.count)
+                spare = j - (partial.buffer is not Buffer.SCRATCH)  # after the partials
+                slot = Ref(Buffer.SCRATCH, self.chunks * spare + data.index, acc.count)
                 got = self._add(rank, chan, Op.RECV, child, None, slot, (), UP_HOP * n + child,
-                                -height[child])  # fmt: skip
+                                height[child])  # fmt: skip
                 home = out if up else self.copy_channel + j
                 deps = (self._add(rank, home, Op.REDUCE, -1, slot, acc, deps + (got,),
-                                  UP_HOP * n + child, -height[rank]),)  # fmt: skip
+                                  UP_HOP * n + child, height[rank]),)  # fmt: skip
             if up:
                 self._add(rank, out, Op.SEND, tree.parent[rank], src, None, deps,
-                          UP_HOP * n + rank, -height[rank])  # fmt: skip
+                          UP_HOP * n + rank, height[rank])  # fmt: skip
                 continue
             if src != acc:
                 deps = (self._add(rank, self.copy_channel, Op.COPY, -1, src, acc, deps, -1),)
@@ -345,12 +351,12 @@ class _Steps:
                 parent = tree.parent[rank]
                 chan = self._chan(parent, rank, self.up_depth + depth[rank] - 1)
                 deps = (self._add(rank, chan, Op.RECV, parent, None, dst, (),
-                                  DOWN_HOP * n + rank, height[rank]),)  # fmt: skip
+                                  DOWN_HOP * n + rank, self._down_stage(height[rank])),)
                 source = dst
             for child in tree.children[rank]:
                 chan = self._chan(rank, child, self.up_depth + depth[child] - 1)
                 self._add(rank, chan, Op.SEND, child, source, None, deps,
-                          DOWN_HOP * n + child, height[child])  # fmt: skip
+                          DOWN_HOP * n + child, self._down_stage(height[child]))
 
     def columns(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """Step columns sorted by ``(part, chan, key)`` and the CSR dependencies."""

@@ -12,7 +12,7 @@
 - :mod:`~commflow.synth.alltoall_lp`: alltoall by a multi-commodity flow LP.
 - :mod:`~commflow.synth.steps`: SCCL (steps, rounds, chunks) MILP and :func:`pareto`.
 - :mod:`~commflow.synth.show`: a program's link loads drawn on its topology.
-- :mod:`~commflow.synth.for_target`: the most pipelined program a runtime (MSCCL, RCCL) loads.
+- :mod:`~commflow.synth.for_target`: the fastest program a runtime (MSCCL, RCCL) loads.
 """
 
 from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, alltoall_program

@@ -47,9 +47,12 @@ def test_every_registered_algorithm_exports_within_the_rules(runtime, nranks):
 
 @pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
 def test_synthesized_dgx1_programs_export_within_the_rules(collective):
-    for runtime in RUNTIMES:
-        _, text = synthesize_for(collective, topology.dgx1(), runtime)
+    for runtime in RUNTIMES:  # the pieces synthesize_for picks on DGX-1 (and a refused 16)
+        program, text = synthesize_for(collective, topology.dgx1(), runtime,
+                                       pieces=(16, 8, 2, 1))
         assert violations(text, runtime) == []
+        assert dict(program.params)["levels"] == 8  # channels by tree depth
+        assert ('type="re"' in text) == (collective != "allgather")  # local reduces
 
 
 def test_a_ring_is_selected_at_every_power_of_two_size_in_its_range():

@@ -72,8 +72,8 @@ def synth(
     output: Path = typer.Option(None, "-o", "--output", help="Save the program as JSON here."),
     xml: Path = typer.Option(
         None, "--xml",
-        help="Save MSCCL XML for --target here: without --pieces, of the most pipelined "
-        "program that target loads.",
+        help="Save MSCCL XML for --target here: without --pieces, of the program that "
+        "target loads and runs fastest at 1 GiB.",
     ),
     target: Runtime = typer.Option(
         Runtime("msccl"), "--target", help="Runtime of --xml."
@@ -99,7 +99,7 @@ def synth(
     model) at each size from -b to -e, consecutive sizes with the same winner joined into a
     range (the first from 0 bytes, the last without end); -o DIR saves each range's program
     and --xml DIR its MSCCL XML with the range as minBytes/maxBytes (a synthesized program
-    the target cannot load is replaced by the most pipelined one it can).
+    the target cannot load is replaced by the fastest one it can).
 
     --objective balanced picks, for one --size, the program with the least simulated time
     (alphabeta model) among the tree/flow synthesis with 1, 2, 4, ... pieces, the step
@@ -150,8 +150,10 @@ def synth(
     if xml is not None:
         if pieces is None and params.get("method", objective) == "bandwidth":
             fitted, text = synthesize_for(collective, topology, target, root=root)
-            err.print(f"MSCCL XML for {target}: {dict(fitted.params).get('pieces')} piece(s) "
-                      f"per share, {fitted.nsteps} steps")
+            fit = dict(fitted.params)
+            depth = f", {fit['levels']} channels per edge by depth" if "levels" in fit else ""
+            err.print(f"MSCCL XML for {target}: {fit.get('pieces')} piece(s) per share"
+                      f"{depth}, {fitted.nsteps} steps")
         else:
             text = to_msccl_xml(program, target)
         xml.write_text(text)

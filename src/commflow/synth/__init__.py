@@ -12,7 +12,7 @@
 - :mod:`~commflow.synth.alltoall_lp`: alltoall by a multi-commodity flow LP.
 - :mod:`~commflow.synth.steps`: SCCL (steps, rounds, chunks) MILP and :func:`pareto`.
 - :mod:`~commflow.synth.show`: a program's link loads drawn on its topology.
-- :mod:`~commflow.synth.for_target`: the most pipelined program a runtime (MSCCL, RCCL) loads.
+- :mod:`~commflow.synth.for_target`: the fastest program a runtime (MSCCL, RCCL) loads.
 """
 
 from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, alltoall_program
@@ -28,7 +28,7 @@ from commflow.synth.api import (
 )
 from commflow.synth.bound_check import BoundWarning, check_trees
 from commflow.synth.boxes import by_box
-from commflow.synth.for_target import PIECES_TRIED, synthesize_for
+from commflow.synth.for_target import LEVELS, PIECES_TRIED, synthesize_for
 from commflow.synth.forest import Forest, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import lower
@@ -61,6 +61,7 @@ __all__ = [
     "MOST_STEPS",
     "step_budget",
     "PIECES_PER_LEVEL",
+    "LEVELS",
     "PIECES_TRIED",
     "STREAM_PIECES",
     "OBJECTIVES",

@@ -74,6 +74,7 @@ def synthesize(
     root: int = 0,
     pieces: int | None = None,
     time_limit: float | None = None,
+    levels: int = 0,
 ) -> Program:
     """A program for ``collective`` on ``topology``, synthesized for ``objective``.
 
@@ -86,9 +87,11 @@ def synthesize(
     multi-commodity flow LP (:mod:`commflow.synth.alltoall_lp`), ``pieces`` chunks per block
     (default :data:`ALLTOALL_CHUNKS`). ``latency`` (allgather): the SCCL step schedule with the
     fewest steps (:mod:`commflow.synth.steps`), each MILP given ``time_limit`` seconds
-    (default 30). ``root`` is used by broadcast and reduce. Raises ``AlgorithmError`` for an
-    unknown objective or a collective no method covers, and ``TopologyError`` when the ranks
-    are not connected.
+    (default 30). ``root`` is used by broadcast and reduce. ``levels`` > 0 gives a program
+    with one stream per edge up to that many channels per edge, by tree depth (for
+    MSCCL-family runtimes, which run a program in loops; other lowerings ignore it). Raises
+    ``AlgorithmError`` for an unknown objective or a collective no method covers, and
+    ``TopologyError`` when the ranks are not connected.
     """
     kind = parse_collective(collective)
     if objective not in OBJECTIVES:
@@ -102,7 +105,7 @@ def synthesize(
         flow = alltoall_flow(logical_edges(topology))
         chunks = pieces or ALLTOALL_CHUNKS
         return alltoall_program(flow, topology.nranks, chunks=chunks, name="alltoall/synth_lp")
-    return _tree_program(kind, topology, root, pieces)
+    return _tree_program(kind, topology, root, pieces, levels)
 
 
 def _fewest_steps(kind: Collective, topology: Topology, time_limit: float | None) -> Program:
@@ -147,7 +150,7 @@ def _most_trees(kind: Collective, nranks: int) -> int:
 
 
 def _tree_program(
-    kind: Collective, topology: Topology, root: int | None, pieces: int | None
+    kind: Collective, topology: Topology, root: int | None, pieces: int | None, levels: int = 0
 ) -> Program:
     """Tree packing lowered with ``pieces`` chunks per share; by default
     :data:`PIECES_PER_LEVEL` per level of the deepest share, within :func:`step_budget`."""
@@ -155,7 +158,7 @@ def _tree_program(
         raise AlgorithmError(f"tree packing does not synthesize {kind.value}")
     edges = logical_edges(topology)
     roots = None if root is None else [root]
-    streamed = _stream_program(kind, topology, edges, root, pieces)
+    streamed = _stream_program(kind, topology, edges, root, pieces, levels)
     if streamed is not None:
         return streamed
     down = up = ()
@@ -205,12 +208,15 @@ def _tree_program(
 
 
 def _stream_program(
-    kind: Collective, topology: Topology, edges: LogicalEdges, root: int | None, pieces: int | None
+    kind: Collective, topology: Topology, edges: LogicalEdges, root: int | None,
+    pieces: int | None, levels: int = 0,
 ) -> Program | None:
     """Trees at the cut bound over the edges with links of their own, lowered with one stream
     per edge (:mod:`commflow.synth.streams`): ``pieces`` chunks per tree of an exact packing
     of equal trees, else per root's data; by default :data:`STREAM_PIECES` chunks per root's
-    data within :func:`step_budget`. ``None`` when those edges fall short of the bound."""
+    data within :func:`step_budget`; ``levels`` channels per edge at most, by tree depth
+    (:func:`~commflow.synth.streams.lower_streams`). ``None`` when those edges fall short of
+    the bound."""
     roots = None if root is None else [root]
     found = _streamed(kind, edges, roots)
     if found is None:
@@ -224,6 +230,7 @@ def _stream_program(
         most = STREAM_PIECES * shares * budget // MAX_STEPS // halves
         pieces = max(1, min(budget // steps_per_piece(kind, n, 1), most) // units)
     trees = max(sum(t.root == r for t in down or up) for r in range(n))
+    extra = {"levels": levels} if levels else {}
     return lower_streams(
         kind,
         own,
@@ -239,7 +246,9 @@ def _stream_program(
             "trees": trees,
             "packing": method,
             "lowering": "streams",
+            **extra,
         },
+        levels=levels,
     )
 
 

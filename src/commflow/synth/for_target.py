@@ -1,10 +1,12 @@
-"""Synthesis for a runtime: the most pipelined program that the target loads and runs.
+"""Synthesis for a runtime: the fastest program that the target loads and runs.
 
 The default synthesized programs carry thousands of chunks per root, far beyond what MSCCL's
 parsers take (256 or 64 steps per threadblock, 4,096 XML elements per file or per rank). On an
 MSCCL-family target the runtime itself pipelines a large buffer by running the program in
 loops of at most one kernel chunk per program chunk (:func:`commflow.ir.transform.repeat`), so
-few pieces per share lose less than they would in one pass.
+few pieces per share lose less than they would in one pass, and programs with one stream per
+edge gain from channels by tree depth (:func:`~commflow.synth.streams.lower_streams`'s
+``levels``), whose loops overlap.
 """
 
 from __future__ import annotations
@@ -14,11 +16,22 @@ from commflow.errors import AlgorithmError, ProgramError
 from commflow.ir import Program
 from commflow.ir.msccl import to_msccl_xml
 from commflow.ir.target import Target, get_target
+from commflow.sim import simulate
 from commflow.synth.api import synthesize
 from commflow.topology.graph import Topology
 
 PIECES_TRIED = (64, 32, 16, 8, 4, 2, 1)
 """Chunks per share tried, most first."""
+
+LEVELS = 8
+"""Most channels per edge, by tree depth, of the stream programs tried."""
+
+LEVELED_TRIED = 3
+"""Fitting programs with channels by depth compared (the most pipelined first): with them,
+fewer pieces are sometimes faster (DGX-1 reduce-scatter: 1 piece per tree)."""
+
+REFERENCE_SIZE = 1 << 30
+"""Bytes at which candidates are compared by default (large messages)."""
 
 
 def synthesize_for(
@@ -28,20 +41,39 @@ def synthesize_for(
     *,
     root: int = 0,
     pieces: tuple[int, ...] = PIECES_TRIED,
+    size: float = REFERENCE_SIZE,
 ) -> tuple[Program, str]:
-    """The bandwidth-synthesized program with the most ``pieces`` that exports to ``target``
-    (verified there, bounded buffers and limits included), and its MSCCL XML.
+    """The bandwidth-synthesized program that exports to ``target`` (verified there, bounded
+    buffers and limits included) and runs fastest there at ``size`` bytes, and its MSCCL XML.
 
-    Raises ``AlgorithmError`` naming the target and the last refusal when none fits.
+    Candidates: the one with the most ``pieces`` that fits, and, where the synthesis lowers
+    with one stream per edge, up to :data:`LEVELED_TRIED` that fit with channels by tree depth
+    (:data:`LEVELS` per edge at most); each is simulated with the flow model on the target
+    (its loops and bounded buffers). Raises ``AlgorithmError`` naming the target and the last
+    refusal when none fits.
     """
     where = get_target(target)
     reason = "no pieces tried"
-    for count in pieces:
-        program = synthesize(collective, topology, pieces=count, root=root)
-        try:
-            return program, to_msccl_xml(program, where)
-        except ProgramError as error:
-            reason = str(error)
-    raise AlgorithmError(
-        f"no synthesized {collective} program for {topology.name} fits {where.describe()} "
-        f"with {min(pieces)}..{max(pieces)} pieces per share; the last refusal: {reason}")
+    fitted: list[tuple[Program, str]] = []
+    for levels, wanted in ((0, 1), (LEVELS, LEVELED_TRIED)):
+        found = 0
+        for count in pieces:
+            program = synthesize(collective, topology, pieces=count, root=root, levels=levels)
+            if levels and "levels" not in dict(program.params):
+                break  # not lowered with streams: the same program as without levels
+            try:
+                fitted.append((program, to_msccl_xml(program, where)))
+            except ProgramError as error:
+                reason = str(error)
+                continue
+            found += 1
+            if found == wanted:
+                break
+    if not fitted:
+        raise AlgorithmError(
+            f"no synthesized {collective} program for {topology.name} fits {where.describe()} "
+            f"with {min(pieces)}..{max(pieces)} pieces per share; the last refusal: {reason}")
+    if len(fitted) == 1:
+        return fitted[0]
+    return min(fitted, key=lambda c: simulate(c[0], topology, size, model="flow",
+                                              target=where).time)

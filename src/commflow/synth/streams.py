@@ -22,6 +22,19 @@ may be any reals:
 Streams sharing a link get equal rates whatever their loads, and a stream short of its rate
 holds up every chunk behind it: :func:`~commflow.synth.api.synthesize` uses this lowering on
 edges with links of their own (:func:`~commflow.synth.boxes.dedicated_edges`).
+
+**Channels by depth** (``levels`` > 0, for MSCCL-family runtimes): the kernel runs a program
+in loops, each threadblock all its steps of one loop before the next, so one stream per
+edge fills and drains the trees' pipeline once per loop. Giving each depth of the trees a
+channel of its own on every edge (hops out of the roots, hops one level further, ...; up-trees
+counted from their root the same way) makes the channels' waits point from one depth to the
+next only, so a deeper channel may run a loop behind a shallower one and the pipeline fills
+once per run. Within a channel, hops with more of their tree still ahead of the chunk go
+first (down: the height below the receiving rank; up: the height below the sender goes
+last), and a rank receives all but its first child's partial of a chunk into scratch and
+adds them in the channel of its own send (the root: one local channel per child), so that
+no receive waits for another edge's channel. :func:`~commflow.synth.synthesize_for` uses
+this on MSCCL targets.
 """
 
 from __future__ import annotations
@@ -34,7 +47,7 @@ import numpy as np
 from commflow.algorithms.trees import Tree
 from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
-from commflow.ir import Op, Program, Ref, make_program
+from commflow.ir import Buffer, Op, Program, Ref, make_program
 from commflow.synth.links import LogicalEdges
 from commflow.synth.list_schedule import DOWN_HOP, UP_HOP, list_schedule
 from commflow.synth.lower import DOWN, UP, chunk_refs, step_row, trees_of
@@ -61,6 +74,7 @@ def lower_streams(
     root: int | None = None,
     size: float = REFERENCE_SIZE,
     params: dict[str, object] | None = None,
+    levels: int = 0,
 ) -> Program:
     """The program moving every root's data along its weighted trees over ``edges``, in
     ``pieces`` chunks per root, one stream per edge (see the module).
@@ -68,14 +82,18 @@ def lower_streams(
     ``down`` are out-trees (broadcast, allgather, the second half of allreduce), ``up``
     in-trees given as out-trees of the reversed edges (reduce, reducescatter, the first half
     of allreduce); a rooted collective uses the trees of ``root`` only. The chunks are
-    scheduled at ``size`` bytes of the collective (latency against transfer time). Raises
-    ``AlgorithmError`` for alltoall, gather and scatter, ``pieces < 1``, or a root without
-    the trees its collective needs.
+    scheduled at ``size`` bytes of the collective (latency against transfer time).
+    ``levels`` > 0 splits each edge's stream into up to ``levels`` channels by tree depth
+    (consecutive depths share one when the trees are deeper; see the module). Raises
+    ``AlgorithmError`` for alltoall, gather and scatter, ``pieces < 1``, ``levels < 0``, or
+    a root without the trees its collective needs.
     """
     if collective not in DOWN + UP:
         raise AlgorithmError(f"{name}: tree lowering does not implement {collective.value}")
     if pieces < 1:
         raise AlgorithmError(f"{name}: pieces must be >= 1, got {pieces}")
+    if levels < 0:
+        raise AlgorithmError(f"{name}: levels must be >= 0, got {levels}")
     n = edges.nranks
     roots = [root] if collective.rooted else list(range(n))
     dealt = []
@@ -85,7 +103,9 @@ def lower_streams(
         dealt.append((r, ups, deal(ups, pieces), downs, deal(downs, pieces)))
     root_bytes = size if collective.rooted else size / n
     arrival = _schedule(edges, dealt, pieces, root_bytes / pieces)
-    steps = _Steps(collective, n, len(dealt) * pieces, arrival)
+    depths = (max((max(_depths(t.parent)) for t in up), default=0),
+              max((max(_depths(t.parent)) for t in down), default=0))
+    steps = _Steps(collective, n, len(dealt) * pieces, arrival, levels, depths)
     for i, (r, ups, up_of, downs, down_of) in enumerate(dealt):
         block = 0 if collective.rooted else r * pieces
         pairs = np.column_stack((up_of, down_of))
@@ -174,22 +194,68 @@ def _schedule(edges: LogicalEdges, dealt: list, pieces: int, chunk_bytes: float)
     )
 
 
+def _depths(parent: Sequence[int]) -> list[int]:
+    """Hops from the root to each rank of the tree with these parents."""
+    depth = [-1] * len(parent)
+    for rank in range(len(parent)):
+        path = [rank]
+        while parent[path[-1]] >= 0 and depth[path[-1]] < 0:
+            path.append(parent[path[-1]])
+        base = depth[path[-1]] if depth[path[-1]] >= 0 else 0
+        for hops, v in enumerate(reversed(path)):
+            depth[v] = base + hops
+    return depth
+
+
+def _heights(parent: Sequence[int], depth: Sequence[int]) -> list[int]:
+    """Hops from each rank down to the deepest rank below it."""
+    height = [0] * len(parent)
+    for v in sorted(range(len(parent)), key=lambda v: -depth[v]):
+        if parent[v] >= 0:
+            height[parent[v]] = max(height[parent[v]], height[v] + 1)
+    return height
+
+
 class _Steps:
     """Rows of every chunk's steps, the hop each send and receive belongs to (its key is the
-    hop's arrival), and in-program dependencies."""
+    hop's arrival), and in-program dependencies. With ``levels``, channels by hop depth
+    (``depths``: the deepest up-tree and down-tree) and decoupled reductions."""
 
-    def __init__(self, collective: Collective, nranks: int, chunks: int, arrival: np.ndarray):
+    def __init__(self, collective: Collective, nranks: int, chunks: int, arrival: np.ndarray,
+                 levels: int = 0, depths: tuple[int, int] = (0, 0)):  # fmt: skip
         self.collective, self.n, self.chunks, self.arrival = collective, nranks, chunks, arrival
-        self.copy_channel = nranks * nranks
+        self.up_depth, self.down_depth = depths
+        self.depth_count = max(1, sum(depths))
+        self.groups = min(levels, self.depth_count) if levels else 1
+        self.copy_channel = nranks * nranks * self.groups
         self.blocks: list[tuple[np.ndarray, list[tuple[int, ...]], np.ndarray, np.ndarray]] = []
         self.rows: list[tuple[int, ...]] = []
         self.deps: list[tuple[int, ...]] = []
         self.hops: list[int] = []
+        self.stage: list[int] = []
+        self.hop_weight = 1.0 + float(arrival.max(initial=0.0))
 
-    def _add(self, part, chan, op, peer, src: Ref | None, dst: Ref | None, deps, hop) -> int:
+    @property
+    def leveled(self) -> bool:
+        return self.groups > 1
+
+    def _down_stage(self, height: int) -> int:
+        """Stage of a hop down into a rank with ``height`` hops below it: after every hop up
+        (stages 0 .. up-tree depth - 1: the sender's height), the more below, the sooner."""
+        return self.up_depth + self.down_depth - height
+
+    def _chan(self, src: int, dst: int, level: int) -> int:
+        """The channel of hops ``src -> dst`` of depth index ``level`` (0: the first hops)."""
+        return (src * self.n + dst) * self.groups + level * self.groups // self.depth_count
+
+    def _add(self, part, chan, op, peer, src: Ref | None, dst: Ref | None, deps, hop,
+             stage: int = 0) -> int:  # fmt: skip
+        """Append a step; with levels, a channel runs its steps by ``stage`` first (it grows
+        along every dependency), then by key."""
         self.rows.append(step_row(part, chan, op, peer, src, dst))
         self.deps.append(tuple(deps))
         self.hops.append(hop)
+        self.stage.append(stage)
         return len(self.rows) - 1
 
     def _arrivals(self, phase: int, rank: int, instances: np.ndarray) -> np.ndarray:
@@ -222,7 +288,7 @@ class _Steps:
     def _template(self, r, block, up, down, children, chunks, instances) -> None:
         """Steps of ``chunks`` whose up-tree ranks take their children in the order of
         ``children`` (rank -> children; others as the tree lists them)."""
-        self.rows, self.deps, self.hops = [], [], []
+        self.rows, self.deps, self.hops, self.stage = [], [], [], []
         data, partial, final, dst = chunk_refs(self.collective, block, 0)
         last: tuple[int, ...] = ()
         if up is not None:
@@ -234,6 +300,8 @@ class _Steps:
         phase, rank = np.divmod(np.array(self.hops, dtype=np.int64), self.n)
         at = (phase[None, :] * self.chunks + instances[:, None]) * self.n + rank[None, :]
         keys = np.where(phase[None, :] >= 0, self.arrival[np.maximum(at, 0)], 0.0)
+        if self.leveled:  # one stage outweighs any arrival time (seconds)
+            keys = keys + np.array(self.stage, dtype=float)[None, :] * self.hop_weight
         self.blocks.append((np.array(self.rows, dtype=np.int64), self.deps, keys, chunks))
 
     def _up(self, tree: Tree, children, data: Ref, partial: Ref, final: Ref) -> tuple[int, ...]:
@@ -241,18 +309,31 @@ class _Steps:
         ``children``; the root's last step."""
         n = self.n
         last: tuple[int, ...] = ()
+        depth = _depths(tree.parent)
+        height = _heights(tree.parent, depth)
         for rank in range(n):
             acc = final if rank == tree.root else partial
             deps: tuple[int, ...] = ()
             src = data
-            for child in children.get(rank, tree.children[rank]):
-                deps = (self._add(rank, child * n + rank, Op.RECV_REDUCE, child, src, acc, deps,
-                                  UP_HOP * n + child),)  # fmt: skip
-                src = acc
-            if rank != tree.root:
-                parent = tree.parent[rank]
-                self._add(rank, rank * n + parent, Op.SEND, parent, src, None, deps,
-                          UP_HOP * n + rank)  # fmt: skip
+            up = rank != tree.root
+            out = self._chan(rank, tree.parent[rank], self.up_depth - depth[rank]) if up else -1
+            for j, child in enumerate(children.get(rank, tree.children[rank])):
+                chan = self._chan(child, rank, self.up_depth - depth[child])
+                if j == 0 or not self.leveled:
+                    deps = (self._add(rank, chan, Op.RECV_REDUCE, child, src, acc, deps,
+                                      UP_HOP * n + child, height[child]),)  # fmt: skip
+                    src = acc
+                    continue
+                spare = j - (partial.buffer is not Buffer.SCRATCH)  # after the partials
+                slot = Ref(Buffer.SCRATCH, self.chunks * spare + data.index, acc.count)
+                got = self._add(rank, chan, Op.RECV, child, None, slot, (), UP_HOP * n + child,
+                                height[child])  # fmt: skip
+                home = out if up else self.copy_channel + j
+                deps = (self._add(rank, home, Op.REDUCE, -1, slot, acc, deps + (got,),
+                                  UP_HOP * n + child, height[rank]),)  # fmt: skip
+            if up:
+                self._add(rank, out, Op.SEND, tree.parent[rank], src, None, deps,
+                          UP_HOP * n + rank, height[rank])  # fmt: skip
                 continue
             if src != acc:
                 deps = (self._add(rank, self.copy_channel, Op.COPY, -1, src, acc, deps, -1),)
@@ -262,16 +343,20 @@ class _Steps:
     def _down(self, tree: Tree, src: Ref, dst: Ref, after) -> None:
         """Broadcast a chunk down ``tree`` from its root's ``src`` (after ``after``)."""
         n = self.n
+        depth = _depths(tree.parent)
+        height = _heights(tree.parent, depth)
         for rank in range(n):
             deps, source = after, src
             if rank != tree.root:
                 parent = tree.parent[rank]
-                deps = (self._add(rank, parent * n + rank, Op.RECV, parent, None, dst, (),
-                                  DOWN_HOP * n + rank),)  # fmt: skip
+                chan = self._chan(parent, rank, self.up_depth + depth[rank] - 1)
+                deps = (self._add(rank, chan, Op.RECV, parent, None, dst, (),
+                                  DOWN_HOP * n + rank, self._down_stage(height[rank])),)
                 source = dst
             for child in tree.children[rank]:
-                self._add(rank, rank * n + child, Op.SEND, child, source, None, deps,
-                          DOWN_HOP * n + child)  # fmt: skip
+                chan = self._chan(rank, child, self.up_depth + depth[child] - 1)
+                self._add(rank, chan, Op.SEND, child, source, None, deps,
+                          DOWN_HOP * n + child, self._down_stage(height[child]))
 
     def columns(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """Step columns sorted by ``(part, chan, key)`` and the CSR dependencies."""
@@ -293,7 +378,7 @@ class _Steps:
             offset += m * c
         rows = np.concatenate(every)
         order = np.argsort(np.concatenate(keys), kind="stable")
-        stream = rows[order, 0] * (self.copy_channel + 1) + rows[order, 1]
+        stream = rows[order, 0] * (self.copy_channel + self.n) + rows[order, 1]
         order = order[np.argsort(stream, kind="stable")]
         position = np.empty_like(order)
         position[order] = np.arange(len(order))

@@ -257,7 +257,7 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
         joined, payload = _barrier(link, Header(Kind.JOIN, job, 0, rank, nranks, slots),
                                    (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
         stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
-        out = np.zeros_like(flat)
+        out = np.empty_like(flat)
         if joined.kind is Kind.JOINED:
             _stream(link, flat, out, joined, nranks, timeout, rto)
         elif fallback and comm is not None:

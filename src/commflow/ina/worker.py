@@ -83,11 +83,13 @@ class _Link:
         except (BlockingIOError, InterruptedError, ConnectionError):
             return None
 
-    def recv(self, wait: float) -> tuple[Header, memoryview] | None:
-        """The next valid datagram from the switch within ``wait`` s, else ``None``; its
-        payload is a view of :attr:`buf`, valid until the next call."""
+    def recv(self, wait: float | None) -> tuple[Header, memoryview] | None:
+        """The next valid datagram from the switch within ``wait`` s (``None``: only one
+        already waiting), else ``None``; its payload is a view of :attr:`buf`, valid until
+        the next call."""
         got = self._receive()
-        if got is None and self.poller.poll(max(1, math.ceil(wait * 1e3))):
+        if got is None and wait is not None and self.poller.poll(
+                max(1, math.ceil(wait * 1e3))):
             got = self._receive()
         if got is None:
             return None
@@ -170,24 +172,29 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
         send(s, now)
     remaining, progress = k, now
     while remaining:
-        now = time.monotonic()
-        while timers and timers[0][0] <= now:
-            _, s, j = heapq.heappop(timers)
-            if phase[s] == j:
-                rto.backoff(now)
-                again[s] = True
-                link.stats.retransmits += 1
-                link.send(views[s][:size[s]])
-                heapq.heappush(timers, (now + rto.value, s, j))
-        if now - progress > timeout:
-            waiting = [s for s in range(k) if phase[s] <= last[s]]
-            raise InaTimeoutError(
-                f"{link.who}: no result for {timeout:.1f} s (slots {waiting[:8]} at phases "
-                f"{[phase[s] for s in waiting[:8]]}); a worker may have died or the switch "
-                f"at {link.switch[0]}:{link.switch[1]} stopped")
-        got = link.recv(min(timers[0][0] if timers else now + 0.1, progress + timeout) - now)
+        # results already waiting first: a worker that was not scheduled for a while finds
+        # its timers expired with the answers in its socket buffer (no loss to repair)
+        got = link.recv(None)
         if got is None:
-            continue
+            now = time.monotonic()
+            while timers and timers[0][0] <= now:
+                _, s, j = heapq.heappop(timers)
+                if phase[s] == j:
+                    rto.backoff(now)
+                    again[s] = True
+                    link.stats.retransmits += 1
+                    link.send(views[s][:size[s]])
+                    heapq.heappush(timers, (now + rto.value, s, j))
+            if now - progress > timeout:
+                waiting = [s for s in range(k) if phase[s] <= last[s]]
+                raise InaTimeoutError(
+                    f"{link.who}: no result for {timeout:.1f} s (slots {waiting[:8]} at "
+                    f"phases {[phase[s] for s in waiting[:8]]}); a worker may have died or "
+                    f"the switch at {link.switch[0]}:{link.switch[1]} stopped")
+            got = link.recv(min(timers[0][0] if timers else now + 0.1, progress + timeout)
+                            - now)
+            if got is None:
+                continue
         h = got[0]
         now = time.monotonic()
         if h.kind is Kind.REJECT and h.session == session:

@@ -10,8 +10,10 @@ the exponents of the first ``k`` blocks (SwitchML sends a block's exponent one b
 Loss recovery: a packet not answered within the retransmission timeout is sent again. The
 timeout adapts as TCP's does (Jacobson/Karels, RFC 6298): ``srtt + 4 rttvar`` from samples of
 packets sent once (Karn), within ``[min_rto, max_rto]``, doubled on expiry (at most once per
-timeout interval, since the slots time out together). A call that
-makes no progress for ``timeout`` seconds raises :class:`InaTimeoutError`.
+timeout interval, since the slots time out together). Timers are looked at only once no
+result is waiting in the socket, so a worker that was not scheduled for a while does not
+resend what was answered. A call that makes no progress for ``timeout`` seconds raises
+:class:`InaTimeoutError`.
 """
 
 from __future__ import annotations
@@ -172,9 +174,7 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
         send(s, now)
     remaining, progress = k, now
     while remaining:
-        # results already waiting first: a worker that was not scheduled for a while finds
-        # its timers expired with the answers in its socket buffer (no loss to repair)
-        got = link.recv(None)
+        got = link.recv(None)  # results already waiting before any expired timer
         if got is None:
             now = time.monotonic()
             while timers and timers[0][0] <= now:

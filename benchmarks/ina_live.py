@@ -3,11 +3,13 @@
     sudo .venv/bin/python benchmarks/ina_live.py --sizes 1,16,64 --loss 0,0.05 --gloo
 
 As root it builds the emulated cluster (``commflow cluster up --hosts 4 --bandwidth 1gbit``),
-sets every link's MTU to ``--mtu`` (default 65520, so that a 64 KiB datagram and a TCP
-segment alike cross unfragmented), gives the bridge namespace ``commflow-sw`` the address
-198.19.255.254 and runs ``commflow ina switch`` there: a switch with one 1 Gbit/s port per
-host, as a top-of-rack switch would be. Switch and ranks run at ``nice -10`` (the machine is
-shared with other jobs; INA and the rings alike).
+sets every link's MTU to ``--mtu`` (default 65520, so that a TCP segment and a datagram of
+``--values`` values, by default the most that fit, cross unfragmented: a fragmented datagram
+costs the sender a software checksum and a copy per fragment, and the receiver reassembly),
+gives the bridge namespace ``commflow-sw`` the address 198.19.255.254 and runs ``commflow
+ina switch`` there: a switch with one 1 Gbit/s port per host, as a top-of-rack switch would
+be. Switch and ranks run at ``nice -10`` (the machine is shared with other jobs; INA and the
+rings alike).
 Then ``commflow run --hosts h0:1,..`` starts one rank per host running this file's ``worker``
 mode, and finally it stops the switch and takes the cluster down (also after a failure). It
 all runs in a private mount namespace (``unshare``), so other users of ``commflow cluster``
@@ -33,8 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
+from commflow.ina.protocol import HEADER, MAX_VALUES
+
 SWITCH_ADDR = "198.19.255.254"
 PORT = 9999
+_IP_UDP = 28
+"""IPv4 and UDP header bytes: a datagram of ``v`` values is ``28 + 34 + 4 v`` bytes of IP."""
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -186,13 +192,16 @@ def main() -> None:
     parser.add_argument("--drop", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--slots", type=int, default=24)
-    parser.add_argument("--values", type=int, default=16368, help="values per packet")
+    parser.add_argument("--values", type=int, default=None,
+                        help="values per packet (default: the most whose datagram fits the MTU)")
     parser.add_argument("--gloo", action="store_true", help="also torch gloo all_reduce")
     parser.add_argument("--switch-nice", type=int, default=-10, help="the switch's nice")
     parser.add_argument("--mtu", type=int, default=65520, help="MTU of every link")
     parser.add_argument("--min-rto", type=float, default=0.05, help="INA's least timeout (s)")
     parser.add_argument("--max-rto", type=float, default=1.0, help="INA's largest timeout (s)")
     args = parser.parse_args()
+    if args.values is None:
+        args.values = min(MAX_VALUES, (args.mtu - _IP_UDP - HEADER.size) // 4)
     if args.mode == "run" and os.environ.get("INA_LIVE_PRIVATE") != "1":
         _private(sys.argv)
     (_worker if args.mode == "worker" else _run)(args)

@@ -45,6 +45,19 @@ def test_worker_kernels_match_numpy(dtype):
         assert (np.delete(out, np.arange(lo, hi)) == 7).all()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_block_exponents_of_negative_subnormal_and_extreme_blocks(dtype):
+    info = np.finfo(dtype)
+    x = np.array([-5.5, 2.0,  # the largest magnitude is negative
+                  0.0, -0.0,  # all zero: EMPTY
+                  info.smallest_subnormal * 5, -info.smallest_subnormal,  # subnormal
+                  -info.max, 1.0, info.tiny, 0.0, 3.0], dtype)
+    got = np.empty(6, np.int64)
+    _kernels.block_exponents(x, 2, got)
+    assert got.tolist() == exponents(x.astype(np.float64), 2).tolist()
+    assert got[:2].tolist() == [3, EMPTY]
+
+
 N, SLOTS, VALUES = 3, 4, 8
 ADDRS = [("127.0.0.1", 6000 + w) for w in range(N)]
 

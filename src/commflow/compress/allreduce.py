@@ -20,6 +20,9 @@ from commflow.compress import kernels
 from commflow.compress.codecs import _QMAX, Codec, ErrorFeedback, decode, encode
 from commflow.errors import CommflowError
 
+_PIECE_BYTES = 16 << 20
+"""Encoded bytes per pipelined piece that ``quantized_allreduce`` aims at by default."""
+
 
 @dataclass(frozen=True)
 class AllreduceStats:
@@ -45,7 +48,7 @@ def _pieces(shard: int, block: int, pieces: int) -> list[tuple[int, int]]:
 
 def quantized_allreduce(comm, x: np.ndarray, *, codec: Codec = Codec(),
                         feedback: ErrorFeedback | None = None, key: str = "x",
-                        measure_error: bool = False, pieces: int = 8
+                        measure_error: bool = False, pieces: int | None = None
                         ) -> tuple[np.ndarray, AllreduceStats]:
     """Sum the 1-D float32 ``x`` over ``comm``'s ranks with ``codec`` on the wire.
 
@@ -53,18 +56,22 @@ def quantized_allreduce(comm, x: np.ndarray, *, codec: Codec = Codec(),
     rank's contribution and keeps the new one. The shards are cut into ``pieces`` that are
     pipelined: piece ``k + 1`` is encoded while piece ``k`` is on the wire (the collectives run
     asynchronously), and each reduced piece is decoded, summed and re-encoded in one compiled
-    pass (int codecs). The result does not depend on ``pieces``. Raises ``CommflowError`` for
+    pass (int codecs). ``None`` (the default): one piece per 16 MiB of a rank's encoded
+    shards, at most 8 (smaller pieces cost more in per-message overhead than they save in
+    overlap). The result does not depend on ``pieces``. Raises ``CommflowError`` for
     non-float32 input.
     """
     x = np.asarray(x)
     if x.dtype != np.float32 or x.ndim != 1:
         raise CommflowError(f"quantized allreduce on rank {comm.rank}: expected a 1-D float32 "
                             f"array, got {x.dtype} of shape {x.shape}")
+    n, size = x.size, comm.size
+    shard = _shard(n, size, codec.block)
+    if pieces is None:
+        pieces = min(8, max(1, size * codec.encoded_bytes(shard) // _PIECE_BYTES))
     if pieces < 1:
         raise CommflowError(f"quantized allreduce on rank {comm.rank}: pieces {pieces} must "
                             "be >= 1")
-    n, size = x.size, comm.size
-    shard = _shard(n, size, codec.block)
     src = x if feedback is None else feedback.compensate(key, x)
     if src.size != shard * size:
         padded = np.zeros(shard * size, np.float32)

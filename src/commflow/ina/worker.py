@@ -10,8 +10,10 @@ the exponents of the first ``k`` blocks (SwitchML sends a block's exponent one b
 Loss recovery: a packet not answered within the retransmission timeout is sent again. The
 timeout adapts as TCP's does (Jacobson/Karels, RFC 6298): ``srtt + 4 rttvar`` from samples of
 packets sent once (Karn), within ``[min_rto, max_rto]``, doubled on expiry (at most once per
-timeout interval, since the slots time out together). A call that
-makes no progress for ``timeout`` seconds raises :class:`InaTimeoutError`.
+timeout interval, since the slots time out together). Timers are looked at only once no
+result is waiting in the socket, so a worker that was not scheduled for a while does not
+resend what was answered. A call that makes no progress for ``timeout`` seconds raises
+:class:`InaTimeoutError`.
 """
 
 from __future__ import annotations
@@ -83,11 +85,13 @@ class _Link:
         except (BlockingIOError, InterruptedError, ConnectionError):
             return None
 
-    def recv(self, wait: float) -> tuple[Header, memoryview] | None:
-        """The next valid datagram from the switch within ``wait`` s, else ``None``; its
-        payload is a view of :attr:`buf`, valid until the next call."""
+    def recv(self, wait: float | None) -> tuple[Header, memoryview] | None:
+        """The next valid datagram from the switch within ``wait`` s (``None``: only one
+        already waiting), else ``None``; its payload is a view of :attr:`buf`, valid until
+        the next call."""
         got = self._receive()
-        if got is None and self.poller.poll(max(1, math.ceil(wait * 1e3))):
+        if got is None and wait is not None and self.poller.poll(
+                max(1, math.ceil(wait * 1e3))):
             got = self._receive()
         if got is None:
             return None
@@ -170,24 +174,27 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
         send(s, now)
     remaining, progress = k, now
     while remaining:
-        now = time.monotonic()
-        while timers and timers[0][0] <= now:
-            _, s, j = heapq.heappop(timers)
-            if phase[s] == j:
-                rto.backoff(now)
-                again[s] = True
-                link.stats.retransmits += 1
-                link.send(views[s][:size[s]])
-                heapq.heappush(timers, (now + rto.value, s, j))
-        if now - progress > timeout:
-            waiting = [s for s in range(k) if phase[s] <= last[s]]
-            raise InaTimeoutError(
-                f"{link.who}: no result for {timeout:.1f} s (slots {waiting[:8]} at phases "
-                f"{[phase[s] for s in waiting[:8]]}); a worker may have died or the switch "
-                f"at {link.switch[0]}:{link.switch[1]} stopped")
-        got = link.recv(min(timers[0][0] if timers else now + 0.1, progress + timeout) - now)
+        got = link.recv(None)  # results already waiting before any expired timer
         if got is None:
-            continue
+            now = time.monotonic()
+            while timers and timers[0][0] <= now:
+                _, s, j = heapq.heappop(timers)
+                if phase[s] == j:
+                    rto.backoff(now)
+                    again[s] = True
+                    link.stats.retransmits += 1
+                    link.send(views[s][:size[s]])
+                    heapq.heappush(timers, (now + rto.value, s, j))
+            if now - progress > timeout:
+                waiting = [s for s in range(k) if phase[s] <= last[s]]
+                raise InaTimeoutError(
+                    f"{link.who}: no result for {timeout:.1f} s (slots {waiting[:8]} at "
+                    f"phases {[phase[s] for s in waiting[:8]]}); a worker may have died or "
+                    f"the switch at {link.switch[0]}:{link.switch[1]} stopped")
+            got = link.recv(min(timers[0][0] if timers else now + 0.1, progress + timeout)
+                            - now)
+            if got is None:
+                continue
         h = got[0]
         now = time.monotonic()
         if h.kind is Kind.REJECT and h.session == session:
@@ -257,7 +264,7 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
         joined, payload = _barrier(link, Header(Kind.JOIN, job, 0, rank, nranks, slots),
                                    (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
         stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
-        out = np.zeros_like(flat)
+        out = np.empty_like(flat)
         if joined.kind is Kind.JOINED:
             _stream(link, flat, out, joined, nranks, timeout, rto)
         elif fallback and comm is not None:

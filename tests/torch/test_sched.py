@@ -81,7 +81,7 @@ MODELS = {  # name: (model, input shape, output width)
     "mixed dtypes": (_Mixed, (8, 6), 3),
     "tied weights": (_Tied, (8, 6), 6),
 }
-MODES = ("per-layer optimizer", "finish then step", "on a gloo group", "fused")
+MODES = ("per-layer optimizer", "finish then step", "on a gloo group", "fused", "background")
 
 
 def _batches(name: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -134,13 +134,15 @@ def _outstanding(pg) -> list[int]:
     return counts
 
 
-def _scheduled(name: str, per_layer: bool, group=None, fuse_bytes: int = 0) -> dict[str, object]:
+def _scheduled(name: str, per_layer: bool, group=None, fuse_bytes: int = 0,
+               background: bool = False) -> dict[str, object]:
     """Parameters after STEPS, the launches, the layers' names in priority order, and the
     incomplete allreduces at each launch (on the commflow default group)."""
     model = _seeded(name)
     factory = _sgd if per_layer else None
     sched = PriorityScheduler(model, group, partition_bytes=PARTITION, credits=CREDITS,
-                              optimizer_factory=factory, fuse_bytes=fuse_bytes, trace=True)
+                              optimizer_factory=factory, fuse_bytes=fuse_bytes,
+                              background=background, trace=True)
     pg = dist.group.WORLD
     outstanding = _outstanding(pg) if group is None else None
     opt = None if per_layer else _sgd(model.parameters())
@@ -149,29 +151,33 @@ def _scheduled(name: str, per_layer: bool, group=None, fuse_bytes: int = 0) -> d
             opt.zero_grad(set_to_none=False)  # backward accumulates into the reduced buffers
         loss = (model(x) - y).pow(2).mean()
         loss.backward()
-        # the loop's own collectives interleave with the scheduler's in the same order on
-        # every rank: the scheduler issues allreduces only at hooks, never as others complete
-        dist.all_reduce(loss.detach())
+        if not background:
+            # the loop's own collectives interleave with the scheduler's in the same order on
+            # every rank: the scheduler issues allreduces only at hooks, never as others
+            # complete (in the background, its thread issues them at times the loop cannot see)
+            dist.all_reduce(loss.detach())
         if opt is not None:
             sched.finish()
             opt.step()
-    sched.finish()
+    sched.close()
     if outstanding is not None:
         del pg.allreduce
     return {"params": _params(model), "trace": sched.trace, "outstanding": outstanding,
             "layers": [layer for layer, _ in sched.layers]}
 
 
-def _order() -> dict[str, object]:
+def _order(background: bool = False) -> dict[str, object]:
     """The launches of one step on three equal layers cut in four partitions, one credit;
     then, after ``close()``, a backward that launches nothing and leaves local gradients."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(3)))
     sched = PriorityScheduler(model, partition_bytes=72, credits=1, trace=True,
+                              background=background,
                               optimizer_factory=partial(torch.optim.SGD, lr=0.1))
     x = torch.ones(2, 8)
     model(x).sum().backward()
     model(x)
+    sched.finish()
     launches = list(sched.trace)
     sched.close()
     model(x * (dist.get_rank() + 1)).sum().backward()
@@ -212,12 +218,14 @@ def _misuse() -> list[str]:
 
 def _everything() -> dict[str, object]:
     gloo = dist.new_group(backend="gloo")
-    out: dict[str, object] = {"order": _order(), "misuse": _misuse()}
+    out: dict[str, object] = {"order": _order(), "background order": _order(True),
+                              "misuse": _misuse()}
     for name in MODELS:
         out[name] = {"ddp": _ddp(name, gloo), "per-layer optimizer": _scheduled(name, True),
                      "finish then step": _scheduled(name, False),
                      "on a gloo group": _scheduled(name, True, gloo),
-                     "fused": _scheduled(name, True, fuse_bytes=1 << 20)}
+                     "fused": _scheduled(name, True, fuse_bytes=1 << 20),
+                     "background": _scheduled(name, True, background=True)}
     return out
 
 
@@ -296,6 +304,17 @@ def test_launches_follow_layer_priority_when_several_are_ready(results):
         trace = res["order"]["launches"]
         assert [(launch.phase, launch.layer, launch.part) for launch in trace] == expected
         assert {(launch.nbytes, launch.in_flight) for launch in trace} == {(72, 1)}
+
+
+def test_background_thread_launches_in_the_same_order(results):
+    # the sender thread follows the same events; from the first forward pre-hook on it drains
+    # the whole queue by priority, which is the order the pre-hooks ask for
+    for res in results:
+        trace = res["background order"]["launches"]
+        hooks = res["order"]["launches"]
+        assert [(launch.phase, launch.layer, launch.part) for launch in trace] == [
+            (launch.phase, launch.layer, launch.part) for launch in hooks]
+        assert res["background order"]["after close"] == 0
 
 
 def test_close_removes_the_hooks(results):

@@ -4,6 +4,7 @@ its partitions and credits, launches in priority (layer) order, and refuses bad 
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import numpy as np
@@ -146,6 +147,8 @@ def _scheduled(name: str, per_layer: bool, group=None, fuse_bytes: int = 0,
     pg = dist.group.WORLD
     outstanding = _outstanding(pg) if group is None else None
     opt = None if per_layer else _sgd(model.parameters())
+    waited = [sched.wait_time]
+    start = time.perf_counter()
     for x, y in _batches(name):
         if opt is not None:
             opt.zero_grad(set_to_none=False)  # backward accumulates into the reduced buffers
@@ -160,9 +163,11 @@ def _scheduled(name: str, per_layer: bool, group=None, fuse_bytes: int = 0,
             sched.finish()
             opt.step()
     sched.close()
+    waited += [sched.wait_time, time.perf_counter() - start]
     if outstanding is not None:
         del pg.allreduce
     return {"params": _params(model), "trace": sched.trace, "outstanding": outstanding,
+            "waited": waited,
             "layers": [layer for layer, _ in sched.layers]}
 
 
@@ -272,6 +277,17 @@ def test_partitions_and_credits_are_kept(results):
         parts = [(launch.layer, launch.part, launch.nbytes)
                  for launch in res["mixed dtypes"]["per-layer optimizer"]["trace"][:2]]
         assert parts == [(0, 0, 72), (0, 1, 24)]  # the float32 buffer, then the float64 one
+
+
+def test_wait_time_counts_the_waits_within_the_loop(results):
+    # 0 before the first step; then the reductions' waits in pre-hooks and finish(), some
+    # time (each layer's reduction is waited for) but less than the whole loop
+    for res in results:
+        for name in MODELS:
+            for mode in MODES:
+                before, after, wall = res[name][mode]["waited"]
+                assert before == 0.0
+                assert 0.0 < after < wall
 
 
 def test_fusion_joins_consecutive_small_layers_into_one_reduction(results):

@@ -69,6 +69,7 @@ from __future__ import annotations
 import heapq
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -199,6 +200,9 @@ class PriorityScheduler:
         self._in_flight: deque[_Partition] = deque()
         self._sender = _Sender(self) if background else None
         self._drain_posted = False
+        self.wait_time = 0.0
+        """Seconds the training thread has spent in forward pre-hooks and :meth:`finish`
+        launching and waiting for reductions: the communication that was not hidden."""
         self._sync_replicas()
         self._handles = {
             id(m): m.register_forward_pre_hook(self._make_pre_hook(m)) for m in model.modules()
@@ -342,6 +346,7 @@ class PriorityScheduler:
         ``.grad`` becomes a view of the layer's buffer (no copy, as DDP's
         ``gradient_as_bucket_view``); a backward that accumulates into those views (after
         ``zero_grad(set_to_none=False)``) finds its gradients packed already."""
+        start = time.perf_counter()
         if self._sender is not None:
             if not self._drain_posted:
                 self._drain_posted = True
@@ -354,6 +359,7 @@ class PriorityScheduler:
                 self._launch(phase)
             while layer.left:
                 self._retire()
+        self.wait_time += time.perf_counter() - start
         layer.pending = False
         for flat, params in layer.buffers:
             for p, view in zip(params, _views(flat, params), strict=True):

@@ -1,24 +1,26 @@
 """Training-step time: DDP on gloo, DDP on the commflow backend, and commflow's
-PriorityScheduler (on the commflow backend, per-layer SGD in the forward pre-hooks), for a
-VGG-style conv net and a small transformer, on ranks of this machine.
+PriorityScheduler (per-layer SGD in the forward pre-hooks, on the commflow backend or with
+``--backend gloo`` on gloo), for a VGG-style conv net and a transformer, on ranks of this
+machine, with the simulator's predictions.
 
     PYTHONPATH=src python benchmarks/sched_live.py [--ranks 2] [--iters 20] [--warmup 5]
     commflow cluster up --hosts 2 --ranks-per-host 1 --bandwidth 1gbit --delay 100us
-    PYTHONPATH=src python benchmarks/sched_live.py --hosts h0:1,h1:1
+    PYTHONPATH=src python benchmarks/sched_live.py --hosts h0:1,h1:1 --fuse-mb 1 [--backend gloo]
 
 With ``--hosts`` the ranks run in the emulated cluster's hosts. The scheduler runs with
 ``background=True`` (a sender thread: backward never stalls for a credit). Every run also
 predicts the DDP and scheduler times with :mod:`commflow.sched`: each layer's forward (plus
 its SGD step) and backward time measured on rank 0 (module hooks; the other ranks measure at
-the same time), scaled to the "scheduler compute" column: the median of the scheduler's
-iterations less the time its forward pre-hooks waited for reductions (``wait_time``), slowest
-rank. ("compute only", a local replica's forward, backward and SGD step without any
-communication, timed in the same rotation, is shown but not used: on a machine loaded by other
-jobs, a process that never blocks gets less CPU than one that waits for the network.) The
-allreduce cost is fitted to allreduces of 256 KiB, 1 MiB and 4 MiB timed after every round
-(medians, slowest rank); DDP is simulated as ``ddp`` (25 MiB buckets, the first 1 MiB), the
-scheduler as priority with its partitions and fusion, one message at a time (commflow's
-progress thread runs one operation at a time).
+the same time), scaled to the median "compute only" iteration: a local replica's forward,
+backward and SGD step without any communication, timed in the same rotation as the others
+(slowest rank). The notes under the table give the prediction again from the "scheduler
+compute" column instead: the scheduler's iterations less the time its forward pre-hooks waited
+for reductions (``wait_time``); on a machine loaded by other jobs the two differ, a process that
+blocks on the network getting more CPU when it wakes than one that never blocks. The allreduce
+cost is fitted to allreduces of 256 KiB, 1 MiB and 4 MiB timed after every round (medians,
+slowest rank); DDP is simulated as ``ddp`` (25 MiB buckets, the first 1 MiB), the scheduler as
+priority with its partitions and fusion, one message at a time (commflow's progress thread runs
+one operation at a time).
 
 Each configuration trains its own replica (an iteration: forward, backward, and for DDP the
 optimizer step; the scheduler's steps happen in the next forward): ``--warmup`` iterations,
@@ -50,7 +52,7 @@ LR = 0.01
 
 
 def vgg() -> tuple[torch.nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
-    """VGG-style: 3x3 conv blocks (32, 64, 128 channels) on 16 32x32 images, then three FC
+    """VGG-style: 3x3 conv blocks (32, 64, 128 channels) on 48 32x32 images, then three FC
     layers (2048 -> 1024 -> 1024 -> 10): most compute in the convolutions near the input,
     most gradient bytes in the FC layers near the output (3.45 M parameters)."""
     def block(cin: int, cout: int) -> list[torch.nn.Module]:
@@ -63,7 +65,7 @@ def vgg() -> tuple[torch.nn.Module, Callable[[], tuple[torch.Tensor, torch.Tenso
         torch.nn.Linear(128 * 4 * 4, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
         torch.nn.ReLU(), torch.nn.Linear(1024, 10),
     )
-    return model, lambda: (torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)))
+    return model, lambda: (torch.randn(48, 3, 32, 32), torch.randint(0, 10, (48,)))
 
 
 class _Transformer(torch.nn.Module):
@@ -79,10 +81,10 @@ class _Transformer(torch.nn.Module):
 
 
 def transformer() -> tuple[torch.nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
-    """Four encoder layers (d=256, 4 heads), 2,000-token vocabulary, 4 x 32 tokens
+    """Four encoder layers (d=256, 4 heads), 2,000-token vocabulary, 12 x 32 tokens
     (4.19 M parameters)."""
-    return _Transformer(2000, 256, 4), lambda: (torch.randint(0, 2000, (4, 32)),
-                                                torch.randint(0, 2000, (4 * 32,)))
+    return _Transformer(2000, 256, 4), lambda: (torch.randint(0, 2000, (12, 32)),
+                                                torch.randint(0, 2000, (12 * 32,)))
 
 
 def _times(step: Callable[[], float], finish: Callable[[], None], warmup: int,
@@ -118,7 +120,8 @@ def _runs(base: torch.nn.Module, data, gloo, args: argparse.Namespace
 
         runs[name] = (step, lambda: None)
     model = copy.deepcopy(base)
-    sched = PriorityScheduler(model, partition_bytes=int(args.partition_mb * 2**20),
+    sched = PriorityScheduler(model, gloo if args.backend == "gloo" else None,
+                              partition_bytes=int(args.partition_mb * 2**20),
                               credits=args.credits, fuse_bytes=int(args.fuse_mb * 2**20),
                               background=True,
                               optimizer_factory=lambda ps: torch.optim.SGD(ps, lr=LR))
@@ -217,8 +220,9 @@ SIZES = (256 << 10, 1 << 20, 4 << 20)
 """Bytes of the allreduces timed to fit the cost model."""
 
 
-def _allreduce_times(reps: int = 3) -> list[list[float]]:
-    """Seconds of ``reps`` blocking allreduces (float32) of each of :data:`SIZES`."""
+def _allreduce_times(group, reps: int = 3) -> list[list[float]]:
+    """Seconds of ``reps`` blocking allreduces (float32) of each of :data:`SIZES` on
+    ``group``."""
     out = []
     for size in SIZES:
         t = torch.ones(size // 4)
@@ -226,7 +230,7 @@ def _allreduce_times(reps: int = 3) -> list[list[float]]:
         for _ in range(reps):
             dist.barrier()
             start = time.perf_counter()
-            dist.all_reduce(t)
+            dist.all_reduce(t, group=group)
             times.append(time.perf_counter() - start)
         out.append(times)
     return out
@@ -244,9 +248,11 @@ def _predict(profile: list[tuple[float, float, int]], compute: float, points: di
     work = Workload("model", tuple(Layer(f"L{i}", scale * f, scale * b, g)
                                    for i, (f, b, g) in enumerate(profile)))
     # commflow's progress thread runs one operation at a time: one message on the link, its
-    # latency not hidden behind the one before (the scheduler's credits only queue there)
+    # latency not hidden behind the one before (the scheduler's credits only queue there);
+    # gloo's worker threads run several
+    credits = args.credits if args.backend == "gloo" else 1
     sched = Policy("scheduler", order="priority", partition_bytes=args.partition_mb * (1 << 20),
-                   credits=1, bucket_bytes=args.fuse_mb * (1 << 20))
+                   credits=credits, bucket_bytes=args.fuse_mb * (1 << 20))
     note = (f"{work.describe()} (with the SGD step); allreduce {1e3 * cost.alpha:.2f} ms + "
             f"bytes at {cost.bandwidth / 1e6:.0f} MB/s (all gradients: "
             f"{1e3 * cost.time('allreduce', work.grad_bytes):.1f} ms)")
@@ -275,10 +281,10 @@ def _rank(args: argparse.Namespace) -> None:
                 step, finish = runs[name]
                 times[name] += _times(step, finish, 1, args.iters // args.rounds)
                 finish()
-            for kept, new in zip(allreduces, _allreduce_times(), strict=True):
+            for kept, new in zip(allreduces, _allreduce_times(
+                    gloo if args.backend == "gloo" else None), strict=True):
                 kept += new
-        # the compute stream the simulator is given: the scheduler's iterations less the
-        # time its forward pre-hooks waited for reductions
+        # the scheduler's compute: its iterations less what its pre-hooks waited
         busy = [t - w for t, w in times["PriorityScheduler"]]
         medians = torch.tensor([statistics.median(t for t, _ in ts) for ts in times.values()]
                                + [statistics.median(busy)]
@@ -286,14 +292,19 @@ def _rank(args: argparse.Namespace) -> None:
         dist.all_reduce(medians, op=dist.ReduceOp.MAX)
         measured = dict(zip([*runs, "scheduler compute"], medians.tolist(), strict=False))
         points = dict(zip(map(float, SIZES), medians.tolist()[len(runs) + 1:], strict=True))
-        predicted = _predict(profile, measured["scheduler compute"], points, args)
+        predicted = _predict(profile, measured["compute only"], points, args)
+        busy_based = _predict(profile, measured["scheduler compute"], points, args)
+        predicted["note"] += (f"; from the scheduler's compute instead: DDP "
+                              f"{1e3 * busy_based['DDP']:.1f} ms, scheduler "
+                              f"{1e3 * busy_based['scheduler']:.1f} ms")
         rows.append((make.__name__, nparams, measured, predicted))
     if dist.get_rank() == 0:
         names = list(rows[0][2])
         print(f"ranks {dist.get_world_size()}, median of {args.iters} iterations in "
               f"{args.rounds} rounds, slowest rank, ms; scheduler: {args.partition_mb:g} MiB "
-              f"partitions, {args.credits} credits, layers fused up to {args.fuse_mb:g} MiB; "
-              f"predicted: commflow.sched")
+              f"partitions, {args.credits} credits, layers fused up to {args.fuse_mb:g} MiB, "
+              f"on {args.backend}; predicted: commflow.sched, DDP and scheduler on "
+              f"{args.backend}")
         print("| model | params | " + " | ".join(names)
               + " | scheduler / DDP gloo | scheduler / DDP commflow | predicted DDP | "
               "predicted scheduler | predicted scheduler / DDP |")
@@ -320,6 +331,9 @@ def main() -> None:
     ap.add_argument("--credits", type=int, default=2, help="scheduler partitions in flight")
     ap.add_argument("--fuse-mb", type=float, default=0.0,
                     help="scheduler: join consecutive layers up to this many MiB")
+    ap.add_argument("--backend", choices=("commflow", "gloo"), default="commflow",
+                    help="the scheduler's process group (and the allreduces timed for the "
+                    "prediction)")
     ap.add_argument("--hosts", default=None, help="run in emulated hosts, e.g. h0:1,h1:1")
     args = ap.parse_args()
     if "RANK" in os.environ:

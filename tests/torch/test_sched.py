@@ -4,6 +4,7 @@ its partitions and credits, launches in priority (layer) order, and refuses bad 
 
 from __future__ import annotations
 
+import threading
 import time
 from functools import partial
 
@@ -14,6 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from commflow.errors import CommflowError
+from commflow.torch._sender import Sender
 from commflow.torch.sched import PriorityScheduler
 
 from .harness import run_group
@@ -221,10 +223,24 @@ def _misuse() -> list[str]:
     return [partial_grads, _error(loss.backward)]
 
 
+def _sender_failure() -> tuple[str, bool, str]:
+    """A background job that fails: the waiter's error, whether the waited event was set so
+    that nothing blocks, and the error of a later post."""
+    done = threading.Event()
+    sender = Sender(lambda: [done])
+
+    def fail(_arg: object) -> None:
+        raise RuntimeError("allreduce with peer 1 timed out")
+
+    sender.post(fail, None)
+    waited = _error(lambda: sender.wait(done))
+    return waited, done.is_set(), _error(lambda: sender.post(fail, None))
+
+
 def _everything() -> dict[str, object]:
     gloo = dist.new_group(backend="gloo")
     out: dict[str, object] = {"order": _order(), "background order": _order(True),
-                              "misuse": _misuse()}
+                              "misuse": _misuse(), "sender failure": _sender_failure()}
     for name in MODELS:
         out[name] = {"ddp": _ddp(name, gloo), "per-layer optimizer": _scheduled(name, True),
                      "finish then step": _scheduled(name, False),
@@ -374,3 +390,13 @@ def test_misuse_raises_commflow_error_naming_the_layer(results):
             f"PriorityScheduler: a parameter of layer 'Linear' on rank {rank} got a second "
             f"gradient before the layer's reduction was applied"
         )
+
+
+def test_a_failed_background_reduction_raises_in_the_training_thread(results):
+    for rank, res in enumerate(results):
+        waited, released, posted = res["sender failure"]
+        expected = (f"PriorityScheduler on rank {rank}: a background reduction failed: "
+                    f"allreduce with peer 1 timed out; the gradients of this step are lost")
+        assert waited.startswith(expected)
+        assert released
+        assert posted.startswith(expected)

@@ -67,7 +67,6 @@ construction, buffers are not synchronized afterwards (DDP's ``broadcast_buffers
 from __future__ import annotations
 
 import heapq
-import queue
 import threading
 import time
 from collections import deque
@@ -78,6 +77,7 @@ import torch
 import torch.distributed as dist
 
 from commflow.errors import CommflowError
+from commflow.torch._sender import Sender
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,8 @@ class PriorityScheduler:
         self._called: dict[int, int] = {}
         self._queue: list[tuple[int, int, _Partition]] = []
         self._in_flight: deque[_Partition] = deque()
-        self._sender = _Sender(self) if background else None
+        self._sender = (Sender(lambda: [layer.done for layer in self._layers or []])
+                        if background else None)
         self._drain_posted = False
         self.wait_time = 0.0
         """Seconds the training thread has spent in forward pre-hooks and :meth:`finish`
@@ -351,7 +352,7 @@ class PriorityScheduler:
             if not self._drain_posted:
                 self._drain_posted = True
                 self._sender.post(self._drain, phase)
-            self._sender.wait(layer)
+            self._sender.wait(layer.done)
         else:
             while any(entry[2].layer is layer for entry in self._queue):
                 if len(self._in_flight) >= self.credits:
@@ -426,51 +427,3 @@ class PriorityScheduler:
         for key in [k for k in self._handles if k not in self._by_module]:
             self._handles.pop(key).remove()
 
-
-class _Sender:
-    """The thread that runs a scheduler's launches and waits in ``background`` mode: jobs
-    run one after another in the order they are posted (the hooks' order, the same on every
-    rank)."""
-
-    def __init__(self, sched: PriorityScheduler) -> None:
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._sched = sched
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._serve, name="commflow-sched", daemon=True)
-        self._thread.start()
-
-    def post(self, job: Callable, arg: object) -> None:
-        """Queue ``job(arg)`` behind what was posted before; raises the error that stopped
-        the thread, if one did."""
-        self._raise()
-        self._inbox.put((job, arg))
-
-    def wait(self, layer: _Layer) -> None:
-        """Block until ``layer``'s partitions are reduced; raises the thread's error."""
-        while not layer.done.wait(timeout=1.0):
-            if not self._thread.is_alive():
-                break
-        self._raise()
-
-    def stop(self) -> None:
-        """End the thread after the jobs posted so far."""
-        self._inbox.put(None)
-        self._thread.join()
-
-    def _raise(self) -> None:
-        if self._error is not None:
-            raise CommflowError(
-                f"PriorityScheduler on rank {dist.get_rank()}: a background reduction failed: "
-                f"{self._error}; the gradients of this step are lost, create a new scheduler"
-            ) from self._error
-
-    def _serve(self) -> None:
-        while (item := self._inbox.get()) is not None:
-            job, arg = item
-            try:
-                job(arg)
-            except Exception as err:  # handed to the training thread at its next wait
-                self._error = err
-                for layer in self._sched._layers or []:
-                    layer.done.set()
-                return

@@ -4,6 +4,8 @@ its partitions and credits, launches in priority (layer) order, and refuses bad 
 
 from __future__ import annotations
 
+import threading
+import time
 from functools import partial
 
 import numpy as np
@@ -13,6 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from commflow.errors import CommflowError
+from commflow.torch._sender import Sender
 from commflow.torch.sched import PriorityScheduler
 
 from .harness import run_group
@@ -81,7 +84,7 @@ MODELS = {  # name: (model, input shape, output width)
     "mixed dtypes": (_Mixed, (8, 6), 3),
     "tied weights": (_Tied, (8, 6), 6),
 }
-MODES = ("per-layer optimizer", "finish then step", "on a gloo group", "fused")
+MODES = ("per-layer optimizer", "finish then step", "on a gloo group", "fused", "background")
 
 
 def _batches(name: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -134,44 +137,54 @@ def _outstanding(pg) -> list[int]:
     return counts
 
 
-def _scheduled(name: str, per_layer: bool, group=None, fuse_bytes: int = 0) -> dict[str, object]:
+def _scheduled(name: str, per_layer: bool, group=None, fuse_bytes: int = 0,
+               background: bool = False) -> dict[str, object]:
     """Parameters after STEPS, the launches, the layers' names in priority order, and the
     incomplete allreduces at each launch (on the commflow default group)."""
     model = _seeded(name)
     factory = _sgd if per_layer else None
     sched = PriorityScheduler(model, group, partition_bytes=PARTITION, credits=CREDITS,
-                              optimizer_factory=factory, fuse_bytes=fuse_bytes, trace=True)
+                              optimizer_factory=factory, fuse_bytes=fuse_bytes,
+                              background=background, trace=True)
     pg = dist.group.WORLD
     outstanding = _outstanding(pg) if group is None else None
     opt = None if per_layer else _sgd(model.parameters())
+    waited = [sched.wait_time]
+    start = time.perf_counter()
     for x, y in _batches(name):
         if opt is not None:
             opt.zero_grad(set_to_none=False)  # backward accumulates into the reduced buffers
         loss = (model(x) - y).pow(2).mean()
         loss.backward()
-        # the loop's own collectives interleave with the scheduler's in the same order on
-        # every rank: the scheduler issues allreduces only at hooks, never as others complete
-        dist.all_reduce(loss.detach())
+        if not background:
+            # the loop's own collectives interleave with the scheduler's in the same order on
+            # every rank: the scheduler issues allreduces only at hooks, never as others
+            # complete (in the background, its thread issues them at times the loop cannot see)
+            dist.all_reduce(loss.detach())
         if opt is not None:
             sched.finish()
             opt.step()
-    sched.finish()
+    sched.close()
+    waited += [sched.wait_time, time.perf_counter() - start]
     if outstanding is not None:
         del pg.allreduce
     return {"params": _params(model), "trace": sched.trace, "outstanding": outstanding,
+            "waited": waited,
             "layers": [layer for layer, _ in sched.layers]}
 
 
-def _order() -> dict[str, object]:
+def _order(background: bool = False) -> dict[str, object]:
     """The launches of one step on three equal layers cut in four partitions, one credit;
     then, after ``close()``, a backward that launches nothing and leaves local gradients."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(3)))
     sched = PriorityScheduler(model, partition_bytes=72, credits=1, trace=True,
+                              background=background,
                               optimizer_factory=partial(torch.optim.SGD, lr=0.1))
     x = torch.ones(2, 8)
     model(x).sum().backward()
     model(x)
+    sched.finish()
     launches = list(sched.trace)
     sched.close()
     model(x * (dist.get_rank() + 1)).sum().backward()
@@ -210,14 +223,30 @@ def _misuse() -> list[str]:
     return [partial_grads, _error(loss.backward)]
 
 
+def _sender_failure() -> tuple[str, bool, str]:
+    """A background job that fails: the waiter's error, whether the waited event was set so
+    that nothing blocks, and the error of a later post."""
+    done = threading.Event()
+    sender = Sender(lambda: [done])
+
+    def fail(_arg: object) -> None:
+        raise RuntimeError("allreduce with peer 1 timed out")
+
+    sender.post(fail, None)
+    waited = _error(lambda: sender.wait(done))
+    return waited, done.is_set(), _error(lambda: sender.post(fail, None))
+
+
 def _everything() -> dict[str, object]:
     gloo = dist.new_group(backend="gloo")
-    out: dict[str, object] = {"order": _order(), "misuse": _misuse()}
+    out: dict[str, object] = {"order": _order(), "background order": _order(True),
+                              "misuse": _misuse(), "sender failure": _sender_failure()}
     for name in MODELS:
         out[name] = {"ddp": _ddp(name, gloo), "per-layer optimizer": _scheduled(name, True),
                      "finish then step": _scheduled(name, False),
                      "on a gloo group": _scheduled(name, True, gloo),
-                     "fused": _scheduled(name, True, fuse_bytes=1 << 20)}
+                     "fused": _scheduled(name, True, fuse_bytes=1 << 20),
+                     "background": _scheduled(name, True, background=True)}
     return out
 
 
@@ -266,6 +295,17 @@ def test_partitions_and_credits_are_kept(results):
         assert parts == [(0, 0, 72), (0, 1, 24)]  # the float32 buffer, then the float64 one
 
 
+def test_wait_time_counts_the_waits_within_the_loop(results):
+    # 0 before the first step; then the reductions' waits in pre-hooks and finish(), some
+    # time (each layer's reduction is waited for) but less than the whole loop
+    for res in results:
+        for name in MODELS:
+            for mode in MODES:
+                before, after, wall = res[name][mode]["waited"]
+                assert before == 0.0
+                assert 0.0 < after < wall
+
+
 def test_fusion_joins_consecutive_small_layers_into_one_reduction(results):
     # every model here is far under 1 MiB: one layer, one reduction group, whatever it has
     for res in results:
@@ -296,6 +336,17 @@ def test_launches_follow_layer_priority_when_several_are_ready(results):
         trace = res["order"]["launches"]
         assert [(launch.phase, launch.layer, launch.part) for launch in trace] == expected
         assert {(launch.nbytes, launch.in_flight) for launch in trace} == {(72, 1)}
+
+
+def test_background_thread_launches_in_the_same_order(results):
+    # the sender thread follows the same events; from the first forward pre-hook on it drains
+    # the whole queue by priority, which is the order the pre-hooks ask for
+    for res in results:
+        trace = res["background order"]["launches"]
+        hooks = res["order"]["launches"]
+        assert [(launch.phase, launch.layer, launch.part) for launch in trace] == [
+            (launch.phase, launch.layer, launch.part) for launch in hooks]
+        assert res["background order"]["after close"] == 0
 
 
 def test_close_removes_the_hooks(results):
@@ -339,3 +390,13 @@ def test_misuse_raises_commflow_error_naming_the_layer(results):
             f"PriorityScheduler: a parameter of layer 'Linear' on rank {rank} got a second "
             f"gradient before the layer's reduction was applied"
         )
+
+
+def test_a_failed_background_reduction_raises_in_the_training_thread(results):
+    for rank, res in enumerate(results):
+        waited, released, posted = res["sender failure"]
+        expected = (f"PriorityScheduler on rank {rank}: a background reduction failed: "
+                    f"allreduce with peer 1 timed out; the gradients of this step are lost")
+        assert waited.startswith(expected)
+        assert released
+        assert posted.startswith(expected)

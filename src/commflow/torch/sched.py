@@ -35,6 +35,17 @@ partition, which it does at three points: when a layer's gradients are complete 
 most one wait, so backward stalls at most one partition per layer), in a layer's forward
 pre-hook (as many as that layer's own partitions need), and in :meth:`finish`.
 
+**In the background.** With ``background=True`` a sender thread makes every launch and
+wait instead: the hooks post their events (a layer's gradients are complete; the forward or
+:meth:`finish` needs the reductions) to it in the order they happen, so the launch order is the
+one above, the same on every rank, but backward never stalls for a credit, and from the first
+forward pre-hook on the thread drains the queue by priority without waiting for each layer's
+pre-hook. A layer's pre-hook waits only until the thread has its partitions. The price: the
+thread's allreduces are issued at times the training loop does not see, so the loop must not
+issue collectives of its own (on this group, or on any group of the same commflow world, whose
+operations share one progress thread) between ``backward()`` and the end of the next forward
+or :meth:`finish`.
+
 **The optimizer.** With ``optimizer_factory``, each layer gets its own optimizer over its
 parameters; the layer's forward pre-hook in the next iteration waits for the layer's
 partitions, writes the averaged gradients into ``.grad``, steps that optimizer and sets the
@@ -56,6 +67,8 @@ construction, buffers are not synchronized afterwards (DDP's ``broadcast_buffers
 from __future__ import annotations
 
 import heapq
+import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +77,7 @@ import torch
 import torch.distributed as dist
 
 from commflow.errors import CommflowError
+from commflow.torch._sender import Sender
 
 
 @dataclass(frozen=True)
@@ -116,6 +130,10 @@ class _Layer:
                 self.parts.append(_Partition(self, len(self.parts), flat[start : start + step]))
         self.arrived: set[int] = set()
         self.pending = False
+        self.left = 0
+        """Partitions not yet reduced in the current reduction."""
+        self.done = threading.Event()
+        """Set once every partition of the current reduction is reduced."""
         self.optimizer: torch.optim.Optimizer | None = None
 
 
@@ -124,7 +142,8 @@ class PriorityScheduler:
     with prioritized, partitioned, credit-limited allreduces; see the module docstring.
 
     Raises ``ValueError`` for ``partition_bytes`` < 1 or smaller than a parameter element, or
-    ``credits`` < 1. With ``trace=True``, :attr:`trace` lists every :class:`Launch`.
+    ``credits`` < 1. With ``background=True`` a sender thread launches and waits (see the
+    module docstring); with ``trace=True``, :attr:`trace` lists every :class:`Launch`.
     """
 
     def __init__(
@@ -137,6 +156,7 @@ class PriorityScheduler:
         | None = None,
         *,
         fuse_bytes: int = 0,
+        background: bool = False,
         trace: bool = False,
     ) -> None:
         if not isinstance(partition_bytes, int) or partition_bytes < 1:
@@ -178,6 +198,12 @@ class PriorityScheduler:
         self._called: dict[int, int] = {}
         self._queue: list[tuple[int, int, _Partition]] = []
         self._in_flight: deque[_Partition] = deque()
+        self._sender = (Sender(lambda: [layer.done for layer in self._layers or []])
+                        if background else None)
+        self._drain_posted = False
+        self.wait_time = 0.0
+        """Seconds the training thread has spent in forward pre-hooks and :meth:`finish`
+        launching and waiting for reductions: the communication that was not hidden."""
         self._sync_replicas()
         self._handles = {
             id(m): m.register_forward_pre_hook(self._make_pre_hook(m)) for m in model.modules()
@@ -217,11 +243,15 @@ class PriorityScheduler:
                 self._complete(layer, "finish")
 
     def close(self) -> None:
-        """:meth:`finish`, then remove every hook the scheduler installed."""
+        """:meth:`finish`, then remove every hook the scheduler installed and stop the
+        sender thread."""
         self.finish()
         for handle in [*self._handles.values(), *self._grad_handles]:
             handle.remove()
         self._handles, self._grad_handles = {}, []
+        if self._sender is not None:
+            self._sender.stop()
+            self._sender = None
 
     # -- hooks ------------------------------------------------------------------------------
     def _make_pre_hook(self, module: torch.nn.Module) -> Callable:
@@ -232,7 +262,8 @@ class PriorityScheduler:
             layer = self._by_module.get(id(module))
             if layer is not None and layer.pending:
                 self._complete(layer, "forward")
-                self._pump("forward", waits=0)
+                if self._sender is None:
+                    self._pump("forward", waits=0)
 
         return pre_hook
 
@@ -257,6 +288,16 @@ class PriorityScheduler:
                        for p, view in zip(params, _views(flat, params), strict=True)):
                 torch.cat([p.grad.reshape(-1) for p in params], out=flat)
             flat.div_(self._size)
+        layer.left = len(layer.parts)
+        layer.done.clear()
+        if self._sender is not None:
+            self._drain_posted = False
+            self._sender.post(self._ready, layer)
+        else:
+            self._ready(layer)
+
+    def _ready(self, layer: _Layer) -> None:
+        """Queue ``layer``'s partitions and launch with at most one wait for a credit."""
         for part in layer.parts:
             heapq.heappush(self._queue, (layer.index, part.part, part))
         self._pump("backward", waits=1)
@@ -286,20 +327,40 @@ class PriorityScheduler:
         part = self._in_flight.popleft()
         part.work.wait()
         part.work = None
+        part.layer.left -= 1
+        if part.layer.left == 0:
+            part.layer.done.set()
+
+    def _drain(self, phase: str) -> None:
+        """Launch every queued partition by priority, waiting for credits, then wait for
+        all (the sender thread's answer once no gradient can join the queue)."""
+        while self._queue or self._in_flight:
+            if self._queue and len(self._in_flight) < self.credits:
+                self._launch(phase)
+            else:
+                self._retire()
 
     def _complete(self, layer: _Layer, phase: str) -> None:
-        """Launch (in priority order) until ``layer``'s partitions are all launched, wait for
-        them, then apply the averaged gradients and the layer's optimizer step.
+        """Have ``layer``'s partitions reduced (launched in priority order), then apply the
+        averaged gradients and the layer's optimizer step.
 
         ``.grad`` becomes a view of the layer's buffer (no copy, as DDP's
         ``gradient_as_bucket_view``); a backward that accumulates into those views (after
         ``zero_grad(set_to_none=False)``) finds its gradients packed already."""
-        while any(entry[2].layer is layer for entry in self._queue):
-            if len(self._in_flight) >= self.credits:
+        start = time.perf_counter()
+        if self._sender is not None:
+            if not self._drain_posted:
+                self._drain_posted = True
+                self._sender.post(self._drain, phase)
+            self._sender.wait(layer.done)
+        else:
+            while any(entry[2].layer is layer for entry in self._queue):
+                if len(self._in_flight) >= self.credits:
+                    self._retire()
+                self._launch(phase)
+            while layer.left:
                 self._retire()
-            self._launch(phase)
-        while any(part.layer is layer for part in self._in_flight):
-            self._retire()
+        self.wait_time += time.perf_counter() - start
         layer.pending = False
         for flat, params in layer.buffers:
             for p, view in zip(params, _views(flat, params), strict=True):
@@ -365,3 +426,4 @@ class PriorityScheduler:
             self._layer_of.update((id(p), layer) for p in params)
         for key in [k for k in self._handles if k not in self._by_module]:
             self._handles.pop(key).remove()
+

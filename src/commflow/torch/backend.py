@@ -99,6 +99,12 @@ class CommflowProcessGroup(dist.ProcessGroup):
         """Torch's description of this group (empty until set)."""
         return self._group_desc
 
+    def _get_backend(self, device) -> CommflowProcessGroup:
+        """This group, for every device: it is its own backend (torch 2.14 asks a group's
+        device backend, e.g. whether it coalesces in ``batch_isend_irecv``; this one does
+        not, so each operation runs on its own)."""
+        return self
+
     def __repr__(self) -> str:
         return f"CommflowProcessGroup(rank={self.comm.rank}, ranks={self.comm.ranks})"
 

@@ -33,6 +33,7 @@ from scipy.sparse.csgraph import connected_components, dijkstra, maximum_flow
 
 from commflow.errors import TopologyError
 from commflow.topology.graph import NodeKind, Topology
+from commflow.topology.joint import MOST_VARIABLES, joint_routes
 
 Path = tuple[int, ...]
 """A path: link indices into ``topology.links``, in order from source to destination."""
@@ -71,6 +72,7 @@ class _Router:
         self.switched: dict[int, list[int]] = {}
         self.direct: dict[int, list[int]] = {}
         self.weighted: dict[tuple[int, int], tuple[tuple[Path, float], ...]] = {}
+        self.joint_done = False
         self.allowed: dict[int | None, np.ndarray] = {}
         self.components: dict[int | None, np.ndarray] = {}
         bandwidth = np.array([lk.bandwidth for lk in topology.links], dtype=np.float64)
@@ -148,16 +150,57 @@ class _Router:
         return tuple(paths)
 
     def weighted_routes(self, src: int, dst: int) -> tuple[tuple[Path, float], ...]:
-        """ECMP, or the max-flow paths when they carry more (see the module docstring)."""
+        """ECMP, or the max-flow paths when they carry more, routed jointly with every other
+        such pair where that helps (see the module docstring)."""
         key = (src, dst)
         found = self.weighted.get(key)
         if found is None:
-            paths = self.routes(src, dst)
-            found = tuple((p, 1.0 / len(paths)) for p in paths)
-            if src != dst and self.is_rank[src] and self.is_rank[dst]:
-                found = self._flow_routes(src, dst, _rate(found, self.bandwidth)) or found
+            found, flow = self._pair_routes(src, dst)
+            if flow and not self.joint_done:
+                self._route_jointly()
+                found = self.weighted.get(key, found)
             self.weighted[key] = found
         return found
+
+    def _pair_routes(self, src: int, dst: int) -> tuple[tuple[tuple[Path, float], ...], bool]:
+        """The pair's own routes (ECMP or its maximum flow) and whether they are the flow."""
+        paths = self.routes(src, dst)
+        found = tuple((p, 1.0 / len(paths)) for p in paths)
+        if src != dst and self.is_rank[src] and self.is_rank[dst]:
+            flow = self._flow_routes(src, dst, _rate(found, self.bandwidth))
+            if flow:
+                return flow, True
+        return found, False
+
+    def _route_jointly(self) -> None:
+        """Route every rank pair, the flow-routed ones jointly (:mod:`.joint`), into the
+        cache, once per topology and only where the linear program stays small."""
+        self.joint_done = True
+        n = self.topology.nranks
+        if n * (n - 1) * len(self.bandwidth) > MOST_VARIABLES:
+            return
+        pairs, flow_pairs = {}, []
+        for u in range(n):
+            for v in range(n):
+                if u != v:
+                    pairs[(u, v)], flow = self._pair_routes(u, v)
+                    if flow:
+                        flow_pairs.append((u, v))
+        self.weighted.update(pairs)
+        self.weighted.update(joint_routes(
+            pairs, flow_pairs, self._flow_links, self.link_src, self.link_dst,
+            self.bandwidth, lambda flow, u, v, total: _decompose(self.topology, flow, u, v,
+                                                                 total)))
+
+    def _flow_links(self, src: int, dst: int) -> np.ndarray:
+        """Mask of the links a flow from ``src`` to ``dst`` may use: through switches and NICs
+        (of their box when they share one), or a direct link."""
+        nodes = self.topology.nodes
+        box = nodes[src].box if nodes[src].box == nodes[dst].box else None
+        allowed = self._allowed(box).copy()
+        allowed[[src, dst]] = True
+        return (allowed[self.link_src] & allowed[self.link_dst]
+                & (self.link_dst != src) & (self.link_src != dst))
 
     def _flow_routes(self, src: int, dst: int, ecmp: float) -> tuple[tuple[Path, float], ...]:
         """The paths of a maximum flow from ``src`` to ``dst`` through switches and NICs (and
@@ -167,10 +210,7 @@ class _Router:
         box = nodes[src].box if nodes[src].box == nodes[dst].box else None
         if self._most_flow(src, dst, box) <= ecmp * (1 + _GAIN):
             return ()
-        allowed = self._allowed(box).copy()
-        allowed[[src, dst]] = True
-        keep = (allowed[self.link_src] & allowed[self.link_dst]
-                & (self.link_dst != src) & (self.link_src != dst))
+        keep = self._flow_links(src, dst)
         n = self.topology.nnodes
         graph = csr_matrix((self.capacity[keep], (self.link_src[keep], self.link_dst[keep])),
                            shape=(n, n))

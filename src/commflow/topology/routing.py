@@ -13,7 +13,10 @@ flow's paths, each carrying its share of the flow (adaptive routing that fills l
 proportion to what they can take). Traffic between two ranks of one box never leaves the box
 on such a flow path, as NCCL never loops intra-node traffic through the network. Only
 rank-to-rank transfers take flow paths; those to or from switches (in-network aggregation)
-keep ECMP, whose shortest routes are what a switch tree is built on.
+keep ECMP, whose shortest routes are what a switch tree is built on. Once some pair needs a
+flow, the flow-routed pairs of the topology are routed jointly (:mod:`._joint`: minimum
+congestion with every rank pair sending), where that loads the busiest link less than their
+own flows do.
 
 Distances are computed once per destination and cached per topology (the cache dies with the
 topology), so ``routes`` costs one breadth-first search per new destination and then time
@@ -32,8 +35,8 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components, dijkstra, maximum_flow
 
 from commflow.errors import TopologyError
+from commflow.topology._joint import MOST_VARIABLES, decompose, joint_routes
 from commflow.topology.graph import NodeKind, Topology
-from commflow.topology.joint import MOST_VARIABLES, joint_routes
 
 Path = tuple[int, ...]
 """A path: link indices into ``topology.links``, in order from source to destination."""
@@ -173,7 +176,7 @@ class _Router:
         return found, False
 
     def _route_jointly(self) -> None:
-        """Route every rank pair, the flow-routed ones jointly (:mod:`.joint`), into the
+        """Route every rank pair, the flow-routed ones jointly (:mod:`._joint`), into the
         cache, once per topology and only where the linear program stays small."""
         self.joint_done = True
         n = self.topology.nranks
@@ -187,10 +190,8 @@ class _Router:
                     if flow:
                         flow_pairs.append((u, v))
         self.weighted.update(pairs)
-        self.weighted.update(joint_routes(
-            pairs, flow_pairs, self._flow_links, self.link_src, self.link_dst,
-            self.bandwidth, lambda flow, u, v, total: _decompose(self.topology, flow, u, v,
-                                                                 total)))
+        self.weighted.update(joint_routes(self.topology, pairs, flow_pairs, self._flow_links,
+                                          self.link_src, self.link_dst, self.bandwidth))
 
     def _flow_links(self, src: int, dst: int) -> np.ndarray:
         """Mask of the links a flow from ``src`` to ``dst`` may use: through switches and NICs
@@ -223,7 +224,7 @@ class _Router:
                            strict=True):
             if f > 0:
                 flow.setdefault(u, {})[v] = f
-        return _decompose(self.topology, flow, src, dst, result.flow_value)
+        return decompose(self.topology, flow, src, dst, result.flow_value)
 
     def _allowed(self, box: int | None) -> np.ndarray:
         """Switches and NICs a flow may cross: all, or those of ``box``."""
@@ -306,33 +307,6 @@ def _rate(routes: tuple[tuple[Path, float], ...], bandwidth: np.ndarray) -> floa
     return min((bandwidth[link] / share for link, share in load.items()), default=np.inf)
 
 
-def _decompose(topology: Topology, flow: dict[int, dict[int, int]], src: int, dst: int,
-               total: int) -> tuple[tuple[Path, float], ...]:
-    """Paths from ``src`` to ``dst`` carrying the integer ``flow`` (``flow[u][v]`` on arc
-    ``u -> v``; consumed), each with its fraction of ``total``; flow on cycles is dropped."""
-    found: list[tuple[Path, float]] = []
-    while flow.get(src):
-        path, node, seen = [], src, {src}
-        while node != dst:
-            nxt = next((v for v in sorted(flow.get(node, {})) if v not in seen), None)
-            if nxt is None:
-                break
-            path.append((node, nxt))
-            seen.add(nxt)
-            node = nxt
-        if node != dst:  # a dead end: the flow on its last arc only runs round a cycle
-            u, v = path[-1]
-            del flow[u][v]
-            continue
-        amount = min(flow[u][v] for u, v in path)
-        for u, v in path:
-            flow[u][v] -= amount
-            if flow[u][v] == 0:
-                del flow[u][v]
-        found.append((tuple(topology._index[(u, v)] for u, v in path), amount / total))
-    return tuple(found)
-
-
 _ROUTERS: weakref.WeakKeyDictionary[Topology, _Router] = weakref.WeakKeyDictionary()
 
 
@@ -370,7 +344,8 @@ def weighted_routes(topology: Topology, src: int, dst: int) -> tuple[tuple[Path,
 
     ECMP (:func:`routes`, equal fractions) unless both nodes are ranks and a maximum flow
     through switches and NICs only (staying inside the box when both are in the same one)
-    carries more; then the paths of that flow, each with its share. Raises
+    carries more; then the paths of that flow, each with its share, or of all such pairs'
+    joint routing where it lowers the busiest link's load (module docstring). Raises
     ``TopologyError`` as :func:`routes`.
     """
     _check_node(topology, src, "source")

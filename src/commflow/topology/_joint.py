@@ -9,7 +9,8 @@ those pairs together: every rank sends one unit to every other rank, the pairs k
 equal-cost shortest paths (ECMP) load their links as before, and a linear program (scipy's
 HiGHS) spreads the flow-routed pairs over their allowed links (switches and NICs, inside the
 box for a pair of one box, and a direct link) so that the most loaded link, relative to its
-bandwidth, carries the least (minimum congestion; a small cost per hop keeps routes short).
+bandwidth, carries the least (minimum congestion; a small cost per byte-second of every link
+keeps the other routes on few, fast links).
 The joint routes replace the pair-by-pair ones only where they lower that congestion; on
 topologies whose pairs all stay on ECMP (every preset) nothing changes.
 """
@@ -22,6 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
+from commflow.topology.graph import Topology
+
 Path = tuple[int, ...]
 Routes = tuple[tuple[Path, float], ...]
 
@@ -29,25 +32,17 @@ MOST_VARIABLES = 200_000
 """Largest linear program (pairs x links) :func:`joint_routes` solves; larger topologies keep
 their pair-by-pair routes."""
 
-_HOP_COST = 1e-6
-"""Cost per unit of flow per link, against congestion 1: prefers short routes among optimal."""
+_LINK_COST = 1e-6
+"""Cost of a unit of flow on a link per unit of its time (the fastest link's bandwidth over
+the link's), against congestion 1: among optimal routings, fewer and faster links."""
 
 _GAIN = 1e-6
 """Relative congestion the joint routes must save to replace the pair-by-pair ones."""
 
 
-def rate(split: Routes, bandwidth: np.ndarray) -> float:
-    """Bytes/s of one transfer alone on ``split``: its busiest link's limit."""
-    load: dict[int, float] = {}
-    for path, share in split:
-        for link in path:
-            load[link] = load.get(link, 0.0) + share
-    return min((bandwidth[link] / share for link, share in load.items()), default=np.inf)
-
-
 def congestion(routes: dict[tuple[int, int], Routes], bandwidth: np.ndarray) -> np.ndarray:
-    """Per link: the bytes/s it carries when every pair of ``routes`` sends at the rate it
-    would have alone, over its bandwidth."""
+    """Per link: the units it carries when every pair of ``routes`` sends one, over its
+    bandwidth."""
     load = np.zeros(len(bandwidth))
     for split in routes.values():
         for path, share in split:
@@ -55,15 +50,14 @@ def congestion(routes: dict[tuple[int, int], Routes], bandwidth: np.ndarray) -> 
     return load / bandwidth
 
 
-def joint_routes(pairs: dict[tuple[int, int], Routes], flow_pairs: Sequence[tuple[int, int]],
+def joint_routes(topology: Topology, pairs: dict[tuple[int, int], Routes],
+                 flow_pairs: Sequence[tuple[int, int]],
                  allowed: Callable[[int, int], np.ndarray], link_src: np.ndarray,
-                 link_dst: np.ndarray, bandwidth: np.ndarray,
-                 decompose: Callable[[dict[int, dict[int, int]], int, int, int], Routes],
-                 ) -> dict[tuple[int, int], Routes]:
+                 link_dst: np.ndarray, bandwidth: np.ndarray) -> dict[tuple[int, int], Routes]:
     """New routes for ``flow_pairs`` (a subset of the keys of ``pairs``, every rank pair's
-    pair-by-pair routes) when routing them jointly lowers the most loaded link's congestion;
-    else ``{}``. ``allowed(src, dst)`` is the boolean mask of links the pair may use;
-    ``decompose(flow, src, dst, total)`` turns an integer arc flow into paths with shares."""
+    pair-by-pair routes on ``topology``) when routing them jointly lowers the most loaded
+    link's congestion; else ``{}``. ``allowed(src, dst)`` is the boolean mask of links the
+    pair may use; ``link_src``, ``link_dst`` and ``bandwidth`` describe every link."""
     nlinks = len(bandwidth)
     if not flow_pairs or len(flow_pairs) * nlinks > MOST_VARIABLES:
         return {}
@@ -94,7 +88,7 @@ def joint_routes(pairs: dict[tuple[int, int], Routes], flow_pairs: Sequence[tupl
     upper = sp.csr_array((np.ones(len(every)), (every, np.arange(len(every)))),
                          shape=(nlinks, nvars)).tolil()
     upper[:, nvars - 1] = -capacity.reshape(-1, 1)
-    cost = np.concatenate([_HOP_COST / capacity[links] for links in arcs] + [[1.0]])
+    cost = np.concatenate([_LINK_COST / capacity[links] for links in arcs] + [[1.0]])
     result = linprog(cost, A_ub=upper.tocsr(), b_ub=-background, A_eq=equal, b_eq=rhs,
                      bounds=(0, None), method="highs")
     if result.status != 0 or result.x[-1] >= before * (1 - _GAIN):
@@ -107,7 +101,34 @@ def joint_routes(pairs: dict[tuple[int, int], Routes], flow_pairs: Sequence[tupl
         for link, amount in zip(links.tolist(), amounts.tolist(), strict=True):
             if amount > 0:
                 flow.setdefault(int(link_src[link]), {})[int(link_dst[link])] = amount
-        split = decompose(flow, u, v, max(1, sum(flow.get(u, {}).values())))
+        split = decompose(topology, flow, u, v, max(1, sum(flow.get(u, {}).values())))
         total = sum(share for _, share in split)
         found[(u, v)] = tuple((path, share / total) for path, share in split)
     return found
+
+
+def decompose(topology: Topology, flow: dict[int, dict[int, int]], src: int, dst: int,
+               total: int) -> tuple[tuple[Path, float], ...]:
+    """Paths from ``src`` to ``dst`` carrying the integer ``flow`` (``flow[u][v]`` on arc
+    ``u -> v``; consumed), each with its fraction of ``total``; flow on cycles is dropped."""
+    found: list[tuple[Path, float]] = []
+    while flow.get(src):
+        path, node, seen = [], src, {src}
+        while node != dst:
+            nxt = next((v for v in sorted(flow.get(node, {})) if v not in seen), None)
+            if nxt is None:
+                break
+            path.append((node, nxt))
+            seen.add(nxt)
+            node = nxt
+        if node != dst:  # a dead end: the flow on its last arc only runs round a cycle
+            u, v = path[-1]
+            del flow[u][v]
+            continue
+        amount = min(flow[u][v] for u, v in path)
+        for u, v in path:
+            flow[u][v] -= amount
+            if flow[u][v] == 0:
+                del flow[u][v]
+        found.append((tuple(topology._index[(u, v)] for u, v in path), amount / total))
+    return tuple(found)

@@ -12,6 +12,10 @@ overall and per collective. One markdown row each. Halves:
 - ``sizes``: every other size (16 B, 256 B, ... fitted; 64 B, 1 KiB, ... reported);
 - ``algorithms``: every other algorithm of each collective (by name), so the reported
   programs are ones the fit never saw.
+
+With several rank counts, a last row fits the host model once to all of them (random half):
+the CPU share (``ranks / 2`` CPUs) must then carry the difference between them. The
+measuring host had 2 usable CPUs (``cpus=2``).
 """
 
 from __future__ import annotations
@@ -57,28 +61,34 @@ def main(paths: list[str]) -> None:
           "bus GB/s | call (us) | per message (us) | cache MiB, slowdown | "
           "median \\|error\\| held out | allreduce | allgather | reducescatter |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for nranks in sorted({m.nranks for m in measured}):
-        mine = sorted((m for m in measured if m.nranks == nranks),
-                      key=lambda m: (m.collective, m.algo, m.size))
+    counts = sorted({m.nranks for m in measured})
+    for nranks in counts:
+        mine = [m for m in measured if m.nranks == nranks]
         for model, splits in SPLITS.items():
             for split in splits:
-                fit_on, held = halves(mine, split)
-                fit = calibrate(fit_on, evaluate=held, model=model, cpus=2)
-                errors = np.abs(fit.errors())
-                per = {}
-                for kind in ("allreduce", "allgather", "reducescatter"):
-                    picked = [e for (m, _), e in zip(fit.rows, errors, strict=True)
-                              if m.collective == kind]
-                    per[kind] = f"{100 * np.median(picked):.1f}%" if picked else "-"
-                bus = "-" if fit.bus_bandwidth is None else f"{fit.bus_bandwidth / 1e9:.2f}"
-                host = ("- | - | -" if fit.cache_bytes is None else
-                        f"{fit.call_overhead * 1e6:.1f} | {fit.message_cpu * 1e6:.1f} | "
-                        f"{fit.cache_bytes / 2**20:.1f}, {fit.cache_slowdown:.2f}")
-                print(f"| {nranks} | {model} | {split} | {len(fit_on)} / {len(held)} | "
-                      f"{fit.alpha * 1e6:.1f} | {fit.bandwidth / 1e9:.2f} | {bus} | {host} | "
-                      f"{100 * fit.median_error():.1f}% | {per['allreduce']} | "
-                      f"{per['allgather']} | {per['reducescatter']} |", flush=True)
+                print(row(str(nranks), mine, model, split), flush=True)
+    if len(counts) > 1:  # one fit for every rank count: the CPU share must carry the difference
+        print(row(" + ".join(map(str, counts)), measured, "host", "random"), flush=True)
 
+
+def row(ranks: str, measured: list[Measured], model: str, split: str) -> str:
+    """One markdown row: ``model`` fitted on one half of ``measured``, reported on the other."""
+    mine = sorted(measured, key=lambda m: (m.nranks, m.collective, m.algo, m.size))
+    fit_on, held = halves(mine, split)
+    fit = calibrate(fit_on, evaluate=held, model=model, cpus=2)
+    errors = np.abs(fit.errors())
+    per = {}
+    for kind in ("allreduce", "allgather", "reducescatter"):
+        picked = [e for (m, _), e in zip(fit.rows, errors, strict=True) if m.collective == kind]
+        per[kind] = f"{100 * np.median(picked):.1f}%" if picked else "-"
+    bus = "-" if fit.bus_bandwidth is None else f"{fit.bus_bandwidth / 1e9:.2f}"
+    host = ("- | - | -" if fit.cache_bytes is None else
+            f"{fit.call_overhead * 1e6:.1f} | {fit.message_cpu * 1e6:.1f} | "
+            f"{fit.cache_bytes / 2**20:.1f}, {fit.cache_slowdown:.2f}")
+    return (f"| {ranks} | {model} | {split} | {len(fit_on)} / {len(held)} | "
+            f"{fit.alpha * 1e6:.1f} | {fit.bandwidth / 1e9:.2f} | {bus} | {host} | "
+            f"{100 * fit.median_error():.1f}% | {per['allreduce']} | {per['allgather']} | "
+            f"{per['reducescatter']} |")
 
 if __name__ == "__main__":
     main(sys.argv[1:])

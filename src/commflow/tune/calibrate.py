@@ -17,8 +17,8 @@ the ranks' concurrent copies contend as they do for the host's memory. The fit t
 fifth parameter, the bus bandwidth.
 
 ``model="host"`` adds what the host's CPUs and caches cost on top of the flow model (four more
-parameters): a fixed ``call_overhead`` per collective (entering the call, the barrier-free
-start and the end-of-call checks), ``message_cpu`` seconds of CPU per message a rank sends or
+parameters): a fixed ``call_overhead`` per collective (entering the call through the
+executor and its end-of-call checks), ``message_cpu`` seconds of CPU per message a rank sends or
 receives (posting, polling, waking; stretched by ``nranks / cpus`` when the ranks outnumber
 the usable CPUs, as each rank then gets that share of a core), and a cache knee: every
 bandwidth is divided by ``1 + cache_slowdown * x**2 / (1 + x**2)`` with ``x`` the bytes the
@@ -52,6 +52,7 @@ MODELS = ("alphabeta", "flow", "host")
 flow model, or that bus with the host's CPU and cache costs (see the module docstring)."""
 
 _PARAMETERS = {"alphabeta": 4, "flow": 5, "host": 9}
+"""How many of :data:`_START` each model fits."""
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,8 @@ def _program(measured: Measured,
 def messages_per_rank(program: Program) -> int:
     """The most messages (sends and receives) any rank of ``program`` handles in one call."""
     table = program.table
-    moving = np.isin(table.op, (Op.SEND, Op.RECV, Op.RECV_REDUCE)) & (table.part
-                                                                      < program.nranks)
+    ranks = table.part < program.nranks
+    moving = np.isin(table.op, (Op.SEND, Op.RECV, Op.RECV_REDUCE)) & ranks
     return int(np.bincount(table.part[moving], minlength=program.nranks).max(initial=0))
 
 

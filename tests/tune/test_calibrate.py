@@ -54,3 +54,41 @@ def test_the_flow_model_on_a_memory_bus_recovers_its_parameters():
     assert slow > 1.5 * fast  # the bus, not the ports, bounds 4 ranks' transfers
     with pytest.raises(CommflowError, match="unknown model"):
         calibrate(measured, model="mesh")
+
+
+def test_the_host_model_adds_call_message_and_cache_costs_to_the_flow_model():
+    from commflow.algorithms import build
+    from commflow.tune.calibrate import messages_per_rank, touched_bytes
+
+    assert messages_per_rank(build("allreduce", "ring", 4)) == 12  # 2(n-1) sends and receives
+    assert messages_per_rank(build("allgather", "direct", 4)) == 6
+    ring = build("allreduce", "ring", 4)
+    assert touched_bytes(ring, 1 << 20) == 4 * 2 * (1 << 20)  # every rank's input and output
+    flow = (12e-6, 3e9, 6e9, 9e9, 4e9)
+    run = Measured("allreduce", "ring", 4, 1 << 20, 1.0)
+    plain = predict(run, flow)
+    # 4 ranks on 2 CPUs: each rank's 12 messages cost twice their CPU time
+    assert predict(run, (*flow, 20e-6, 5e-6, 1e30, 0.0), cpus=2) == pytest.approx(
+        plain + 20e-6 + 2 * 5e-6 * 12, rel=1e-12)
+    assert predict(run, (*flow, 20e-6, 5e-6, 1e30, 0.0), cpus=4) == pytest.approx(
+        plain + 20e-6 + 5e-6 * 12, rel=1e-12)
+    # far beyond the cache every bandwidth is (1 + slowdown) times lower
+    big = Measured("allreduce", "ring", 4, 1 << 30, 1.0)
+    slowed = tuple(v / 3 if i else v for i, v in enumerate(flow))
+    assert predict(big, (*flow, 0.0, 0.0, 1.0, 2.0)) == pytest.approx(
+        predict(big, slowed), rel=1e-6)
+
+
+def test_the_host_model_recovers_its_parameters():
+    truth = (12e-6, 3e9, 6e9, 9e9, 4e9, 20e-6, 5e-6, float(4 << 20), 1.5)
+    sizes = [1 << k for k in range(8, 27, 2)]
+    runs = [Measured(c, a, n, s, 1.0) for c, a, n in CASES for s in sizes]
+    measured = [Measured(m.collective, m.algo, m.nranks, m.size,
+                         predict(m, truth, cpus=2)) for m in runs]
+    result = calibrate(measured[::2], evaluate=measured[1::2], model="host", cpus=2)
+    assert result.model == "host" and result.cpus == 2
+    assert result.median_error() < 0.01
+    assert result.call_overhead == pytest.approx(truth[5], rel=0.1)
+    assert result.cache_slowdown == pytest.approx(truth[8], rel=0.1)
+    with pytest.raises(CommflowError, match="at least 9"):
+        calibrate(measured[:8], model="host")

@@ -118,13 +118,15 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json", help="Print the fit and rows as JSON."),
     model: str = typer.Option(
         "alphabeta", "--model",
-        help="alphabeta (a full mesh) or flow (a memory bus all transfers share).",
+        help="alphabeta (a full mesh), flow (a memory bus all transfers share) or host "
+        "(that bus plus a per-call overhead, CPU per message and a cache knee).",
     ),
 ) -> None:
     """Fit the simulator's model of the shared-memory transport to measured runs.
 
     Fits latency, bandwidth, reduce and copy bandwidth (with --model flow also the bus
-    bandwidth) to the measurements and prints the simulator's error on each.
+    bandwidth; with --model host also the call overhead, CPU per message and the cache
+    knee) to the measurements and prints the simulator's error on each.
 
     Uses the out-of-place runs of registered algorithms in the records; the model is a full
     mesh of ranks under the alphabeta simulator, or a memory bus under the flow simulator
@@ -149,6 +151,11 @@ def calibrate(
               else fit(measured, model=model))
     bus = "" if result.bus_bandwidth is None else (
         f", bus {number(result.bus_bandwidth / 1e9)} GB/s")
+    if result.cache_bytes is not None:
+        bus += (f", call {number(result.call_overhead * 1e6)} us, "
+                f"{number(result.message_cpu * 1e6)} us CPU per message, bandwidths "
+                f"{number(1 + result.cache_slowdown)}x slower beyond "
+                f"{format_size(round(result.cache_bytes))}")
     errors = result.errors()
     if as_json:
         echo_json({
@@ -157,6 +164,9 @@ def calibrate(
             "copy_bandwidth": result.copy_bandwidth / 1e9, "model": result.model,
             "bus_bandwidth": None if result.bus_bandwidth is None
             else result.bus_bandwidth / 1e9,
+            "call_overhead_us": result.call_overhead * 1e6,
+            "message_cpu_us": result.message_cpu * 1e6,
+            "cache_bytes": result.cache_bytes, "cache_slowdown": result.cache_slowdown,
             "median_abs_error": result.median_error(), "holdout": holdout,
             "rows": [{"collective": m.collective, "algo": m.algo, "nranks": m.nranks,
                       "size": m.size, "time_us": m.time * 1e6, "predicted_us": p * 1e6}

@@ -13,7 +13,10 @@ flow's paths, each carrying its share of the flow (adaptive routing that fills l
 proportion to what they can take). Traffic between two ranks of one box never leaves the box
 on such a flow path, as NCCL never loops intra-node traffic through the network. Only
 rank-to-rank transfers take flow paths; those to or from switches (in-network aggregation)
-keep ECMP, whose shortest routes are what a switch tree is built on.
+keep ECMP, whose shortest routes are what a switch tree is built on. Once some pair needs a
+flow, the flow-routed pairs of the topology are routed jointly (:mod:`._joint`: minimum
+congestion with every rank pair sending), where that loads the busiest link less than their
+own flows do.
 
 Distances are computed once per destination and cached per topology (the cache dies with the
 topology), so ``routes`` costs one breadth-first search per new destination and then time
@@ -32,6 +35,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components, dijkstra, maximum_flow
 
 from commflow.errors import TopologyError
+from commflow.topology._joint import MOST_VARIABLES, decompose, joint_routes
 from commflow.topology.graph import NodeKind, Topology
 
 Path = tuple[int, ...]
@@ -71,6 +75,7 @@ class _Router:
         self.switched: dict[int, list[int]] = {}
         self.direct: dict[int, list[int]] = {}
         self.weighted: dict[tuple[int, int], tuple[tuple[Path, float], ...]] = {}
+        self.joint_done = False
         self.allowed: dict[int | None, np.ndarray] = {}
         self.components: dict[int | None, np.ndarray] = {}
         bandwidth = np.array([lk.bandwidth for lk in topology.links], dtype=np.float64)
@@ -148,16 +153,55 @@ class _Router:
         return tuple(paths)
 
     def weighted_routes(self, src: int, dst: int) -> tuple[tuple[Path, float], ...]:
-        """ECMP, or the max-flow paths when they carry more (see the module docstring)."""
+        """ECMP, or the max-flow paths when they carry more, routed jointly with every other
+        such pair where that helps (see the module docstring)."""
         key = (src, dst)
         found = self.weighted.get(key)
         if found is None:
-            paths = self.routes(src, dst)
-            found = tuple((p, 1.0 / len(paths)) for p in paths)
-            if src != dst and self.is_rank[src] and self.is_rank[dst]:
-                found = self._flow_routes(src, dst, _rate(found, self.bandwidth)) or found
+            found, flow = self._pair_routes(src, dst)
+            if flow and not self.joint_done:
+                self._route_jointly()
+                found = self.weighted.get(key, found)
             self.weighted[key] = found
         return found
+
+    def _pair_routes(self, src: int, dst: int) -> tuple[tuple[tuple[Path, float], ...], bool]:
+        """The pair's own routes (ECMP or its maximum flow) and whether they are the flow."""
+        paths = self.routes(src, dst)
+        found = tuple((p, 1.0 / len(paths)) for p in paths)
+        if src != dst and self.is_rank[src] and self.is_rank[dst]:
+            flow = self._flow_routes(src, dst, _rate(found, self.bandwidth))
+            if flow:
+                return flow, True
+        return found, False
+
+    def _route_jointly(self) -> None:
+        """Route every rank pair, the flow-routed ones jointly (:mod:`._joint`), into the
+        cache, once per topology and only where the linear program stays small."""
+        self.joint_done = True
+        n = self.topology.nranks
+        if n * (n - 1) * len(self.bandwidth) > MOST_VARIABLES:
+            return
+        pairs, flow_pairs = {}, []
+        for u in range(n):
+            for v in range(n):
+                if u != v:
+                    pairs[(u, v)], flow = self._pair_routes(u, v)
+                    if flow:
+                        flow_pairs.append((u, v))
+        self.weighted.update(pairs)
+        self.weighted.update(joint_routes(self.topology, pairs, flow_pairs, self._flow_links,
+                                          self.link_src, self.link_dst, self.bandwidth))
+
+    def _flow_links(self, src: int, dst: int) -> np.ndarray:
+        """Mask of the links a flow from ``src`` to ``dst`` may use: through switches and NICs
+        (of their box when they share one), or a direct link."""
+        nodes = self.topology.nodes
+        box = nodes[src].box if nodes[src].box == nodes[dst].box else None
+        allowed = self._allowed(box).copy()
+        allowed[[src, dst]] = True
+        return (allowed[self.link_src] & allowed[self.link_dst]
+                & (self.link_dst != src) & (self.link_src != dst))
 
     def _flow_routes(self, src: int, dst: int, ecmp: float) -> tuple[tuple[Path, float], ...]:
         """The paths of a maximum flow from ``src`` to ``dst`` through switches and NICs (and
@@ -167,10 +211,7 @@ class _Router:
         box = nodes[src].box if nodes[src].box == nodes[dst].box else None
         if self._most_flow(src, dst, box) <= ecmp * (1 + _GAIN):
             return ()
-        allowed = self._allowed(box).copy()
-        allowed[[src, dst]] = True
-        keep = (allowed[self.link_src] & allowed[self.link_dst]
-                & (self.link_dst != src) & (self.link_src != dst))
+        keep = self._flow_links(src, dst)
         n = self.topology.nnodes
         graph = csr_matrix((self.capacity[keep], (self.link_src[keep], self.link_dst[keep])),
                            shape=(n, n))
@@ -183,7 +224,7 @@ class _Router:
                            strict=True):
             if f > 0:
                 flow.setdefault(u, {})[v] = f
-        return _decompose(self.topology, flow, src, dst, result.flow_value)
+        return decompose(self.topology, flow, src, dst, result.flow_value)
 
     def _allowed(self, box: int | None) -> np.ndarray:
         """Switches and NICs a flow may cross: all, or those of ``box``."""
@@ -266,33 +307,6 @@ def _rate(routes: tuple[tuple[Path, float], ...], bandwidth: np.ndarray) -> floa
     return min((bandwidth[link] / share for link, share in load.items()), default=np.inf)
 
 
-def _decompose(topology: Topology, flow: dict[int, dict[int, int]], src: int, dst: int,
-               total: int) -> tuple[tuple[Path, float], ...]:
-    """Paths from ``src`` to ``dst`` carrying the integer ``flow`` (``flow[u][v]`` on arc
-    ``u -> v``; consumed), each with its fraction of ``total``; flow on cycles is dropped."""
-    found: list[tuple[Path, float]] = []
-    while flow.get(src):
-        path, node, seen = [], src, {src}
-        while node != dst:
-            nxt = next((v for v in sorted(flow.get(node, {})) if v not in seen), None)
-            if nxt is None:
-                break
-            path.append((node, nxt))
-            seen.add(nxt)
-            node = nxt
-        if node != dst:  # a dead end: the flow on its last arc only runs round a cycle
-            u, v = path[-1]
-            del flow[u][v]
-            continue
-        amount = min(flow[u][v] for u, v in path)
-        for u, v in path:
-            flow[u][v] -= amount
-            if flow[u][v] == 0:
-                del flow[u][v]
-        found.append((tuple(topology._index[(u, v)] for u, v in path), amount / total))
-    return tuple(found)
-
-
 _ROUTERS: weakref.WeakKeyDictionary[Topology, _Router] = weakref.WeakKeyDictionary()
 
 
@@ -330,7 +344,8 @@ def weighted_routes(topology: Topology, src: int, dst: int) -> tuple[tuple[Path,
 
     ECMP (:func:`routes`, equal fractions) unless both nodes are ranks and a maximum flow
     through switches and NICs only (staying inside the box when both are in the same one)
-    carries more; then the paths of that flow, each with its share. Raises
+    carries more; then the paths of that flow, each with its share, or of all such pairs'
+    joint routing where it lowers the busiest link's load (module docstring). Raises
     ``TopologyError`` as :func:`routes`.
     """
     _check_node(topology, src, "source")

@@ -15,11 +15,21 @@ reaches a hub through a port of ``bandwidth`` (its latency ``alpha``), and all t
 cross one hub link of ``bus_bandwidth``, shared fairly by the flow model's water-filling; so
 the ranks' concurrent copies contend as they do for the host's memory. The fit then has a
 fifth parameter, the bus bandwidth.
+
+``model="host"`` adds what the host's CPUs and caches cost on top of the flow model (four more
+parameters): a fixed ``call_overhead`` per collective (entering the call through the
+executor and its end-of-call checks), ``message_cpu`` seconds of CPU per message a rank sends or
+receives (posting, polling, waking; stretched by ``nranks / cpus`` when the ranks outnumber
+the usable CPUs, as each rank then gets that share of a core), and a cache knee: every
+bandwidth is divided by ``1 + cache_slowdown * x**2 / (1 + x**2)`` with ``x`` the bytes the
+host's ranks touch (inputs and outputs) over ``cache_bytes``, so buffers that stay in the
+caches move faster than those that stream from memory.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -27,18 +37,22 @@ import numpy as np
 
 from commflow.algorithms import available, build
 from commflow.errors import CommflowError
-from commflow.ir import Program
+from commflow.ir import Op, Program
 from commflow.sim import simulate
 from commflow.topology import Node, NodeKind, Topology, fully_connected, make_topology
 from commflow.topology.graph import Link
 
-_START = (5e-6, 5e9, 5e9, 10e9, 10e9)
-"""Starting point of the fit: alpha (s), bandwidth, reduce, copy and bus bandwidth
-(bytes/s; the last for the flow model only)."""
+_START = (5e-6, 5e9, 5e9, 10e9, 10e9, 10e-6, 5e-6, float(8 << 20), 1.0)
+"""Starting point of the fit: alpha (s), bandwidth, reduce, copy and bus bandwidth (bytes/s;
+the bus for the flow and host models), then the host model's call overhead (s), CPU per
+message (s), cache size (bytes) and slowdown beyond it."""
 
-MODELS = ("alphabeta", "flow")
-"""What :func:`calibrate` fits: a full mesh under the alphabeta model, or a memory bus under
-the flow model."""
+MODELS = ("alphabeta", "flow", "host")
+"""What :func:`calibrate` fits: a full mesh under the alphabeta model, a memory bus under the
+flow model, or that bus with the host's CPU and cache costs (see the module docstring)."""
+
+_PARAMETERS = {"alphabeta": 4, "flow": 5, "host": 9}
+"""How many of :data:`_START` each model fits."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,17 @@ class Calibration:
     model: str = "alphabeta"
     """The simulator model fitted (see :data:`MODELS`)."""
     bus_bandwidth: float | None = None
-    """Bytes/s of the memory bus all transfers share (flow model), else ``None``."""
+    """Bytes/s of the memory bus all transfers share (flow and host models), else ``None``."""
+    call_overhead: float = 0.0
+    """Seconds every call costs besides its messages (host model)."""
+    message_cpu: float = 0.0
+    """Seconds of CPU per message a rank sends or receives (host model)."""
+    cache_bytes: float | None = None
+    """Bytes the ranks may touch before the bandwidths drop (host model), else ``None``."""
+    cache_slowdown: float = 0.0
+    """How much slower every bandwidth is far beyond :attr:`cache_bytes` (host model)."""
+    cpus: int = 1
+    """Usable CPUs of the host the measurements ran on (host model)."""
 
     def errors(self) -> np.ndarray:
         """Relative errors ``(predicted - measured) / measured`` of :attr:`rows`."""
@@ -116,52 +140,93 @@ def host_topology(nranks: int, *, alpha: float, bandwidth: float,
     return make_topology(f"host bus {nranks} ranks", nodes, links)
 
 
-def predict(measured: Measured, params: tuple[float, ...],
-            programs: dict[tuple[str, str, int], Program] | None = None) -> float:
-    """Simulated seconds of one measurement under ``params`` = ``(alpha, bandwidth,
-    reduce_bandwidth, copy_bandwidth)`` (alphabeta model, full mesh), or with a fifth,
-    ``bus_bandwidth``, the flow model on :func:`host_topology`'s bus."""
-    alpha, bandwidth, reduce_bw, copy_bw = params[:4]
-    bus = params[4] if len(params) > 4 else None
+def _program(measured: Measured,
+             programs: dict[tuple[str, str, int], Program] | None) -> Program:
     key = (measured.collective, measured.algo, measured.nranks)
     program = programs.get(key) if programs is not None else None
     if program is None:
         program = build(measured.collective, measured.algo, measured.nranks)
         if programs is not None:
             programs[key] = program
-    host = host_topology(measured.nranks, alpha=alpha, bandwidth=bandwidth, bus_bandwidth=bus)
-    return simulate(program, host, measured.size, model="alphabeta" if bus is None else "flow",
-                    reduce_bandwidth=reduce_bw, copy_bandwidth=copy_bw).time
+    return program
+
+
+def messages_per_rank(program: Program) -> int:
+    """The most messages (sends and receives) any rank of ``program`` handles in one call."""
+    table = program.table
+    ranks = table.part < program.nranks
+    moving = np.isin(table.op, (Op.SEND, Op.RECV, Op.RECV_REDUCE)) & ranks
+    return int(np.bincount(table.part[moving], minlength=program.nranks).max(initial=0))
+
+
+def touched_bytes(program: Program, size: float) -> float:
+    """Bytes of input and output buffers all ranks of ``program`` hold for ``size``."""
+    inputs, outputs = program.expected_buffers()
+    return program.nranks * (inputs + outputs) * program.chunk_bytes(size)
+
+
+def predict(measured: Measured, params: tuple[float, ...],
+            programs: dict[tuple[str, str, int], Program] | None = None, *,
+            cpus: int = 1) -> float:
+    """Simulated seconds of one measurement under ``params`` = ``(alpha, bandwidth,
+    reduce_bandwidth, copy_bandwidth)`` (alphabeta model, full mesh), with a fifth,
+    ``bus_bandwidth``, the flow model on :func:`host_topology`'s bus, and with four more,
+    ``(call_overhead, message_cpu, cache_bytes, cache_slowdown)``, the host model on a host of
+    ``cpus`` usable CPUs (module docstring)."""
+    alpha, bandwidth, reduce_bw, copy_bw = params[:4]
+    bus = params[4] if len(params) > 4 else None
+    program = _program(measured, programs)
+    extra, slow = 0.0, 1.0
+    if len(params) > 5:
+        call, message_cpu, cache, slowdown = params[5:9]
+        share = max(1.0, measured.nranks / cpus)
+        extra = call + message_cpu * share * messages_per_rank(program)
+        x = (touched_bytes(program, measured.size) / cache) ** 2
+        slow = 1.0 + slowdown * x / (1.0 + x)
+    host = host_topology(measured.nranks, alpha=alpha, bandwidth=bandwidth / slow,
+                         bus_bandwidth=None if bus is None else bus / slow)
+    return extra + simulate(program, host, measured.size,
+                            model="alphabeta" if bus is None else "flow",
+                            reduce_bandwidth=reduce_bw / slow,
+                            copy_bandwidth=copy_bw / slow).time
 
 
 def calibrate(measurements: Iterable[Measured], *,
               evaluate: Iterable[Measured] | None = None,
-              model: str = "alphabeta") -> Calibration:
-    """Fit ``alpha``, ``bandwidth``, ``reduce_bandwidth`` and ``copy_bandwidth`` (and for
-    ``model="flow"`` the ``bus_bandwidth``) to ``measurements`` (see the module docstring);
-    the rows report ``evaluate`` (default: the measurements themselves; pass held-out ones to
-    see the error on runs the fit did not see). Raises ``CommflowError`` for an unknown model
-    or fewer measurements than parameters."""
+              model: str = "alphabeta", cpus: int | None = None) -> Calibration:
+    """Fit ``alpha``, ``bandwidth``, ``reduce_bandwidth`` and ``copy_bandwidth`` (for
+    ``model="flow"`` also ``bus_bandwidth``; for ``"host"`` also the call overhead, the CPU
+    per message and the cache knee) to ``measurements`` (see the module docstring); the rows
+    report ``evaluate`` (default: the measurements themselves; pass held-out ones to see the
+    error on runs the fit did not see). ``cpus``: usable CPUs of the measured host (host
+    model; default this machine's). Raises ``CommflowError`` for an unknown model or fewer
+    measurements than parameters."""
     from scipy.optimize import least_squares
 
     if model not in MODELS:
         raise CommflowError(f"calibrate: unknown model {model!r}; use one of "
                             f"{', '.join(MODELS)}")
     fit_on = list(measurements)
-    if len(fit_on) < 4 + (model == "flow"):
-        raise CommflowError(f"calibration needs at least {4 + (model == 'flow')} "
+    count = _PARAMETERS[model]
+    if len(fit_on) < count:
+        raise CommflowError(f"calibration of the {model} model needs at least {count} "
                             f"measurements, got {len(fit_on)}")
+    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
     programs: dict[tuple[str, str, int], Program] = {}
 
     def residuals(logs: np.ndarray) -> np.ndarray:
         params = tuple(float(math.exp(v)) for v in logs)
-        return np.array([math.log(predict(m, params, programs) / m.time) for m in fit_on])
+        return np.array([math.log(predict(m, params, programs, cpus=cpus) / m.time)
+                         for m in fit_on])
 
-    start = np.log(np.array(_START[:4] if model == "alphabeta" else _START))
+    start = np.log(np.array(_START[:count]))
     fitted = least_squares(residuals, start, bounds=(start - 12, start + 12), x_scale=1.0,
                            loss="soft_l1", f_scale=0.1)
     params = tuple(float(math.exp(v)) for v in fitted.x)
     report = fit_on if evaluate is None else list(evaluate)
-    rows = tuple((m, predict(m, params, programs)) for m in report)
+    rows = tuple((m, predict(m, params, programs, cpus=cpus)) for m in report)
+    host = dict(zip(("call_overhead", "message_cpu", "cache_bytes", "cache_slowdown"),
+                    params[5:], strict=False))
     return Calibration(*params[:4], rows=rows, model=model,
-                       bus_bandwidth=params[4] if len(params) > 4 else None)
+                       bus_bandwidth=params[4] if len(params) > 4 else None, cpus=cpus,
+                       **host)

@@ -250,10 +250,11 @@ class FlightRecorder:
         self.window += 1
         self.set_window_end((self.window + 1) * size - 1)
 
-    def _completed(self, lo: int, hi: int) -> dict[int, tuple[float, float]]:
-        """``{seq: (start, end)}`` of the completed collectives ``lo <= seq < hi`` still kept
-        (the ring from its newest record back to the first collective before ``lo``)."""
-        calls = {}
+    def _completed(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sequence numbers, start and end times of the completed collectives ``lo <= seq <
+        hi`` still kept, sorted by sequence number (the ring from its newest record back to the
+        first collective before ``lo``, and the log)."""
+        ring = []
         n = self._recorded
         for i in range(n - 1, max(n - self.capacity, 0) - 1, -1):
             r = self._ring[i % self.capacity]
@@ -261,12 +262,18 @@ class FlightRecorder:
                 if r.seq < lo:
                     break
                 if r.state == COMPLETED and r.seq < hi:
-                    calls[r.seq] = (r.t_scheduled, r.t_end)
+                    ring.append((r.seq, r.t_scheduled, r.t_end))
         entries = self.log[LOG_HEAD:].reshape(self.capacity, LOG_ENTRY)[:int(self.log[0])]
-        seqs = entries[:, 0]
-        for seq, _, ns in entries[(seqs >= lo) & (seqs < hi)].tolist():
-            calls[seq] = (ns / 1e9, ns / 1e9)
-        return calls
+        logged = entries[(entries[:, 0] >= lo) & (entries[:, 0] < hi)]
+        seqs = logged[:, 0]
+        starts = ends = logged[:, 2] / 1e9
+        if ring:
+            extra = np.array(ring, float)
+            seqs = np.concatenate([seqs, extra[:, 0].astype(np.int64)])
+            starts = np.concatenate([starts, extra[:, 1]])
+            ends = np.concatenate([ends, extra[:, 2]])
+        order = np.argsort(seqs, kind="stable")
+        return seqs[order], starts[order], ends[order]
 
     def set_window_end(self, seq: int) -> None:
         """Close the next straggler window after collective ``seq``."""

@@ -117,12 +117,18 @@ def outside_time(calls: Mapping[int, tuple[float, float | None]], first: int, la
     """Seconds spent outside collectives ``first..last``: for each, from the end of the one
     before to its call, when both are known. ``calls`` maps a sequence number to
     ``(called, ended)`` times."""
-    total = 0.0
-    for seq in range(first, last + 1):
-        this, before = calls.get(seq), calls.get(seq - 1)
-        if this is not None and before is not None and before[1] is not None:
-            total += max(0.0, this[0] - before[1])
-    return total
+    seqs = sorted(calls)
+    times = np.array([calls[s] for s in seqs], float).reshape(-1, 2)  # None -> nan
+    return outside_seconds(np.array(seqs, np.int64), times[:, 0], times[:, 1], first, last)
+
+
+def outside_seconds(seqs: np.ndarray, called: np.ndarray, ended: np.ndarray, first: int,
+                    last: int) -> float:
+    """:func:`outside_time` of collectives given as arrays sorted by sequence number (``ended``
+    nan where unknown)."""
+    follows = (seqs[1:] == seqs[:-1] + 1) & (seqs[1:] >= first) & (seqs[1:] <= last) \
+        & ~np.isnan(ended[:-1])
+    return float(np.maximum(called[1:] - ended[:-1], 0.0)[follows].sum())
 
 
 def find(outside: Mapping[int, float], first: int, last: int, config: StragglerConfig
@@ -187,13 +193,14 @@ class StragglerBoard:
         first = window * self.config.window
         return find(outside, first, first + self.config.window - 1, self.config)
 
-    def close_window(self, window: int, calls: Mapping[int, tuple[float, float | None]],
+    def close_window(self, window: int, calls: tuple[np.ndarray, np.ndarray, np.ndarray],
                      found: list[dict]) -> None:
-        """At the end of ``window`` (``calls``: this rank's recent collectives): post its
-        time, compare the window before, keep the findings in ``found`` (the flight record's
-        list, at most :data:`KEEP`) and log them from local rank 0."""
+        """At the end of ``window`` (``calls``: this rank's recent collectives, as
+        :func:`outside_seconds` takes them): post its time, compare the window before, keep
+        the findings in ``found`` (the flight record's list, at most :data:`KEEP`) and log
+        them from local rank 0."""
         first = window * self.config.window
-        self.post(window, outside_time(calls, first, first + self.config.window - 1))
+        self.post(window, outside_seconds(*calls, first, first + self.config.window - 1))
         if window == 0:
             return
         for straggler in self.compare(window - 1):

@@ -15,6 +15,7 @@ import pytest
 from commflow.runtime import CommAbortedError, CommTimeoutError, dtype_of
 from commflow.runtime.fastpath import ONE_SHOT
 from commflow.runtime.lean import COMPILING
+from commflow.runtime.world import shared_cpus
 
 from .harness import run_world
 
@@ -236,6 +237,29 @@ def test_kernel_logged_and_recorded_calls_merge_in_order_within_capacity(tmp_pat
             (8, "barrier", 0, "completed"), (9, "allgather", 16, "completed")]
         times = [e["t_start"] for e in record["entries"]]
         assert times == sorted(times) and abs(times[0] - time.time()) < 60
+
+
+def _waiting_mode(comm):
+    return comm._lean._shared, sorted(os.sched_getaffinity(0))
+
+
+def test_ranks_with_a_cpu_each_spin_and_ranks_sharing_cpus_yield():
+    # ranks bound to a CPU each (as init binds them when there are enough) must not be taken
+    # for oversubscribed because each one's own mask is small: they spin rather than yield
+    results = run_world(_waiting_mode, 2)
+    union = {cpu for _, cpus in results for cpu in cpus}
+    assert [shared for shared, _ in results] == [len(union) < 2] * 2, results
+    pids = [os.getpid()]
+    assert shared_cpus(pids) == len(os.sched_getaffinity(0))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        os.sched_setaffinity(child.pid, {min(os.sched_getaffinity(0))})
+        assert shared_cpus([child.pid]) == 1
+        assert shared_cpus([child.pid, child.pid]) == 1  # two ranks on one CPU: shared
+    finally:
+        child.kill()
+        child.wait()
+    assert shared_cpus([child.pid]) == len(os.sched_getaffinity(0))  # exited: as ours
 
 
 _SCRIPT = """

@@ -38,7 +38,7 @@ from commflow.runtime.errors import CommMismatchError, CommTimeoutError
 from commflow.runtime.ops import finish, reducer
 from commflow.runtime.protocol import Signature
 from commflow.runtime.transport.shm import ABORT_MISMATCH
-from commflow.runtime.world import usable_cpus
+from commflow.runtime.world import shared_cpus
 
 COMPILING = "commflow: compiling the small-message kernels (first use, cached afterwards)..."
 """The line written on standard error before the kernels compile (once per process)."""
@@ -97,7 +97,7 @@ class LeanPath:
         self._stride = layout.stage_bytes
         self._flags = base + layout.flags_offset
         self._bells = host.bell_addr[0]
-        shared = layout.nlocal > usable_cpus()
+        shared = layout.nlocal > shared_cpus(host.attached.tolist())
         self._shared = shared
         self._spin = _SPIN_SHARED if shared else _SPIN
         self._polls = YIELDS // _POLL_YIELDS if shared else 0

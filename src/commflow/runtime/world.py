@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from commflow.errors import CommflowError
@@ -90,3 +90,18 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # platforms without sched_getaffinity
         return os.cpu_count() or 1
+
+
+def shared_cpus(pids: Iterable[int]) -> int:
+    """The CPUs processes ``pids`` may run on together (the union of their affinity masks):
+    fewer than the processes means some share a CPU. A mask that cannot be read (the process
+    exited) counts as this process's; without ``sched_getaffinity``, :func:`usable_cpus`."""
+    if not hasattr(os, "sched_getaffinity"):
+        return usable_cpus()
+    cpus: set[int] = set()
+    for pid in pids:
+        try:
+            cpus |= os.sched_getaffinity(int(pid))
+        except OSError:
+            cpus |= os.sched_getaffinity(0)
+    return len(cpus)

@@ -37,7 +37,7 @@ NAME = "shm"
 SEGMENT = int(os.environ.get("COMMFLOW_SHM_SEGMENT", 512 << 10))
 """Bytes staged per round: small enough that a segment is still in the caches when the peers
 read it (larger messages go through in several rounds)."""
-ONE_SHOT = 16 << 10
+ONE_SHOT = 64 << 10
 """Allreduce segments up to this many bytes are reduced whole by every rank (one flag, no
 second pass), in rank order so every rank computes the same result."""
 COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER,

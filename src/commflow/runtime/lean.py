@@ -290,8 +290,8 @@ class LeanPath:
                 f"the same collectives in the same order")
 
 
-_DONE, _WAITING, _MISMATCH, _WINDOW = 0, 1, 2, 2  # the kernels' statuses and window bit
-# (kept here: importing the kernel module imports numba)
+# The kernels' statuses and window bit, kept here: importing the kernel module imports numba.
+_DONE, _WAITING, _MISMATCH, _WINDOW = 0, 1, 2, 2
 
 
 def _compiled(dtype: np.dtype) -> bool:

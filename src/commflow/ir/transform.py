@@ -10,7 +10,7 @@ from commflow.collectives import Collective
 from commflow.errors import ProgramError
 from commflow.ir.build import make_program
 from commflow.ir.program import Program
-from commflow.ir.step import Buffer
+from commflow.ir.step import Buffer, Op
 
 _BLOCKED = {
     Collective.ALLGATHER: (Buffer.OUTPUT,),
@@ -178,4 +178,70 @@ def stack(programs: Sequence[Program], *, name: str | None = None) -> Program:
         dep_idx=inverse[dep_idx][np.argsort(owner, kind="stable")],
         switches=len(first.participants) - first.nranks,
         params={**dict(first.params), "stacked": k},
+    )
+
+
+def split_channels(program: Program, most: int) -> Program:
+    """``program`` with every channel longer than ``most`` messages cut into consecutive
+    channels of at most ``most`` messages each: segment ``s`` of a channel holds messages
+    ``s * most ..`` of its connection (at both ends, so sends and receives still pair up), a
+    local step joins the segment of the message before it (a channel of local steps only is
+    cut every ``most`` steps), and the first step of each segment
+    waits for the last step of the one before. The steps run in the same order as before, on
+    connections of their own: MSCCL's threadblocks cap their steps (256 or 64), not how many
+    threadblocks follow each other on one link, as NCCL's channels carry consecutive parts of
+    a buffer.
+
+    Raises ``ProgramError`` when ``most`` < 1 or a channel to cut talks to more than one peer
+    or both sends and receives (its ends would cut at different messages).
+    """
+    if most < 1:
+        raise ProgramError(f"{program.name}: most must be >= 1, got {most}")
+    t = program.table
+    if not len(t):
+        return program
+    starts = t.channel_starts
+    sizes = np.diff(starts)
+    channel = np.repeat(np.arange(len(sizes)), sizes)
+    transfer = t.op != Op.COPY
+    transfer &= t.op != Op.REDUCE
+    sends = t.op == Op.SEND
+    local = np.bincount(channel, weights=transfer, minlength=len(sizes)) == 0
+    counted = transfer | local[channel]
+    seen = np.cumsum(counted)
+    before = seen[starts[:-1]] - counted[starts[:-1]]
+    message = np.maximum(seen - 1 - before[channel], 0)
+    long = np.bincount(channel, weights=counted, minlength=len(sizes)) > most
+    for kind, values in (("peer", np.where(transfer, t.peer, -1)),
+                         ("direction", np.where(transfer, sends, -1))):
+        low = np.full(len(sizes), np.iinfo(np.int64).max)
+        high = np.full(len(sizes), -1)
+        np.minimum.at(low, channel[transfer], values[transfer])
+        np.maximum.at(high, channel[transfer], values[transfer])
+        mixed = long & (low != high) & (high >= 0)
+        if mixed.any():
+            i = int(starts[int(np.flatnonzero(mixed)[0])])
+            raise ProgramError(
+                f"{program.name}: channel {program.where(i)} has more than {most} messages "
+                f"and more than one {kind}; cut only channels of one connection")
+    segment = np.where(long[channel], message // most, 0)
+    segments = int(segment.max()) + 1
+    if segments == 1:
+        return program
+    columns = {name: getattr(t, name) for name in ("part", "op", "peer", "count", "src_buf",
+                                                   "src_off", "dst_buf", "dst_off")}
+    columns["chan"] = t.chan.astype(np.int64) * segments + segment
+    steps = np.arange(len(t))
+    joins = np.flatnonzero((t.position > 0) & (segment != np.r_[-1, segment[:-1]]))
+    owner = np.concatenate((np.repeat(steps, np.diff(t.dep_ptr)), joins))
+    dep = np.concatenate((t.dep_idx, joins - 1))
+    order = np.argsort(owner, kind="stable")
+    dep_ptr = np.zeros(len(t) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=len(t)), out=dep_ptr[1:])
+    params = dict(program.params)
+    params["split"] = most
+    return make_program(
+        program.name, program.collective, program.nranks, chunk_factor=program.chunk_factor,
+        columns=columns, root=program.root, dep_ptr=dep_ptr, dep_idx=dep[order],
+        switches=len(program.participants) - program.nranks, params=params,
     )

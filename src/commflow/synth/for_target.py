@@ -6,7 +6,11 @@ MSCCL-family target the runtime itself pipelines a large buffer by running the p
 loops of at most one kernel chunk per program chunk (:func:`commflow.ir.transform.repeat`), so
 few pieces per share lose less than they would in one pass, and programs with one stream per
 edge gain from channels by tree depth (:func:`~commflow.synth.streams.lower_streams`'s
-``levels``), whose loops overlap.
+``levels``), whose loops overlap. Where a runtime counts XML elements per rank (RCCL,
+msccl-executor), a program with one stream per edge and many pieces fits too once each
+stream is cut into consecutive threadblocks of at most the runtime's steps per threadblock
+(:func:`~commflow.ir.transform.split_channels`): at 1 GiB it runs in one loop of chunks under
+2 MiB, whose pipeline fills and drains once.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from commflow.errors import AlgorithmError, ProgramError
 from commflow.ir import Program
 from commflow.ir.msccl import to_msccl_xml
 from commflow.ir.target import Target, get_target
+from commflow.ir.transform import split_channels
 from commflow.sim import simulate
 from commflow.synth.api import synthesize
 from commflow.topology.graph import Topology
@@ -27,8 +32,13 @@ LEVELS = 8
 """Most channels per edge, by tree depth, of the stream programs tried."""
 
 LEVELED_TRIED = 3
-"""Fitting programs with channels by depth compared (the most pipelined first): with them,
-fewer pieces are sometimes faster (DGX-1 reduce-scatter: 1 piece per tree)."""
+"""Fitting programs compared per lowering (the most pipelined first): with channels by depth
+or with one stream per edge run in loops, fewer pieces are sometimes faster (DGX-1
+reduce-scatter: 1 piece per tree)."""
+
+SPLIT_EIGHTHS = (7, 6)
+"""Messages per threadblock a cut stream is given, in eighths of the target's steps per
+threadblock, tried in turn (room for the ``nop`` steps that carry extra dependencies)."""
 
 REFERENCE_SIZE = 1 << 30
 """Bytes at which candidates are compared by default (large messages)."""
@@ -46,27 +56,37 @@ def synthesize_for(
     """The bandwidth-synthesized program that exports to ``target`` (verified there, bounded
     buffers and limits included) and runs fastest there at ``size`` bytes, and its MSCCL XML.
 
-    Candidates: the one with the most ``pieces`` that fits, and, where the synthesis lowers
-    with one stream per edge, up to :data:`LEVELED_TRIED` that fit with channels by tree depth
-    (:data:`LEVELS` per edge at most); each is simulated with the flow model on the target
-    (its loops and bounded buffers). Raises ``AlgorithmError`` naming the target and the last
-    refusal when none fits.
+    Candidates, each the most pipelined that fit (most ``pieces`` first): up to
+    :data:`LEVELED_TRIED` as synthesized, and where the synthesis lowers with one stream per
+    edge, up to :data:`LEVELED_TRIED` with channels by tree depth (:data:`LEVELS` per edge at
+    most) and, on targets that cap steps per threadblock, one with every stream cut into
+    threadblocks of at most that many messages; each is simulated with the flow model on the
+    target (its loops and bounded buffers). Raises ``AlgorithmError`` naming the target and
+    the last refusal when none fits.
     """
     where = get_target(target)
     reason = "no pieces tried"
     fitted: list[tuple[Program, str]] = []
-    for levels, wanted in ((0, 1), (LEVELS, LEVELED_TRIED)):
+    cap = where.max_steps_per_threadblock
+    cuts = () if cap is None else tuple(cap * f // 8 for f in SPLIT_EIGHTHS)
+    for levels, splits, wanted in ((0, (None,), LEVELED_TRIED),
+                                   (LEVELS, (None,), LEVELED_TRIED), (0, cuts, 1)):
         found = 0
         for count in pieces:
             program = synthesize(collective, topology, pieces=count, root=root, levels=levels)
-            if levels and "levels" not in dict(program.params):
-                break  # not lowered with streams: the same program as without levels
-            try:
-                fitted.append((program, to_msccl_xml(program, where)))
-            except ProgramError as error:
-                reason = str(error)
-                continue
-            found += 1
+            if (levels or splits != (None,)) and dict(program.params).get("lowering") != "streams":
+                break  # levels and cuts apply to one stream per edge only
+            for split in splits:
+                candidate = program if split is None else split_channels(program, split)
+                if split is not None and "split" not in dict(candidate.params):
+                    break  # no stream longer than a threadblock: a candidate above
+                try:
+                    fitted.append((candidate, to_msccl_xml(candidate, where)))
+                except ProgramError as error:
+                    reason = str(error)
+                    continue
+                found += 1
+                break
             if found == wanted:
                 break
     if not fitted:

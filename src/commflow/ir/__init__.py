@@ -14,7 +14,7 @@ from commflow.ir.program import Participant, Program, StepTable
 from commflow.ir.serialize import from_json, load_program, save_program, to_json
 from commflow.ir.step import Buffer, Op, ParticipantKind, Ref, Step, inp, out, scr
 from commflow.ir.target import PROTOCOLS, TARGETS, Target, bounded, get_target
-from commflow.ir.transform import relabel, repeat
+from commflow.ir.transform import relabel, repeat, split_channels
 from commflow.ir.verify import element_trace, verify
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "out",
     "relabel",
     "repeat",
+    "split_channels",
     "save_program",
     "scr",
     "to_json",

@@ -75,6 +75,7 @@ def synthesize(
     pieces: int | None = None,
     time_limit: float | None = None,
     levels: int = 0,
+    trees: int | None = None,
 ) -> Program:
     """A program for ``collective`` on ``topology``, synthesized for ``objective``.
 
@@ -89,9 +90,12 @@ def synthesize(
     fewest steps (:mod:`commflow.synth.steps`), each MILP given ``time_limit`` seconds
     (default 30). ``root`` is used by broadcast and reduce. ``levels`` > 0 gives a program
     with one stream per edge up to that many channels per edge, by tree depth (for
-    MSCCL-family runtimes, which run a program in loops; other lowerings ignore it). Raises
-    ``AlgorithmError`` for an unknown objective or a collective no method covers, and
-    ``TopologyError`` when the ranks are not connected.
+    MSCCL-family runtimes, which run a program in loops; other lowerings ignore it).
+    ``trees`` caps the trees per root of a packing lowered in shares (default: as many as
+    leave :data:`MIN_PIECES` pieces per share within :data:`MAX_STEPS`, at most 24): fewer
+    trees, fewer steps per piece (MSCCL's caps; DGX A100 x2 has an exact packing with one
+    tree per root). Raises ``AlgorithmError`` for an unknown objective, a collective no
+    method covers or ``trees`` < 1, and ``TopologyError`` when the ranks are not connected.
     """
     kind = parse_collective(collective)
     if objective not in OBJECTIVES:
@@ -105,7 +109,9 @@ def synthesize(
         flow = alltoall_flow(logical_edges(topology))
         chunks = pieces or ALLTOALL_CHUNKS
         return alltoall_program(flow, topology.nranks, chunks=chunks, name="alltoall/synth_lp")
-    return _tree_program(kind, topology, root, pieces, levels)
+    if trees is not None and trees < 1:
+        raise AlgorithmError(f"trees must be >= 1, got {trees}")
+    return _tree_program(kind, topology, root, pieces, levels, trees)
 
 
 def _fewest_steps(kind: Collective, topology: Topology, time_limit: float | None) -> Program:
@@ -150,10 +156,12 @@ def _most_trees(kind: Collective, nranks: int) -> int:
 
 
 def _tree_program(
-    kind: Collective, topology: Topology, root: int | None, pieces: int | None, levels: int = 0
+    kind: Collective, topology: Topology, root: int | None, pieces: int | None, levels: int = 0,
+    trees: int | None = None,
 ) -> Program:
     """Tree packing lowered with ``pieces`` chunks per share; by default
-    :data:`PIECES_PER_LEVEL` per level of the deepest share, within :func:`step_budget`."""
+    :data:`PIECES_PER_LEVEL` per level of the deepest share, within :func:`step_budget`;
+    ``trees`` (or :func:`_most_trees`) trees and shares per root at most."""
     if kind in (Collective.GATHER, Collective.SCATTER):
         raise AlgorithmError(f"tree packing does not synthesize {kind.value}")
     edges = logical_edges(topology)
@@ -163,15 +171,16 @@ def _tree_program(
         return streamed
     down = up = ()
     units = 1
-    most_trees = _most_trees(kind, topology.nranks)
+    most_trees = trees or _most_trees(kind, topology.nranks)
+    tried = _UNITS if trees is None else range(1, trees + 1)
     exact = None
     methods = set()
     if kind in (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE):
-        down, units, exact = _shares(edges, roots, _UNITS, most_trees)
+        down, units, exact = _shares(edges, roots, tried, most_trees)
         methods.add(exact is not None)
     if kind.reduces:
         reverse = edges.reversed()
-        tries = [units, *_UNITS] if down else _UNITS
+        tries = [units, *tried] if down else tried
         up, up_units, up_exact = _shares(reverse, roots, tries, most_trees, mirrored=exact)
         methods.add(up_exact is not None)
         if down and up_units != units:  # allreduce: both halves cut into the same shares

@@ -36,6 +36,10 @@ LEVELED_TRIED = 3
 or with one stream per edge run in loops, fewer pieces are sometimes faster (DGX-1
 reduce-scatter: 1 piece per tree)."""
 
+FEW_TREES = 4
+"""Most trees per root of the packings lowered in shares that are tried besides the default
+(DGX A100 x2: one tree per root, exact, instead of 13: 496 steps per piece, not 6,448)."""
+
 SPLIT_EIGHTHS = (7, 6)
 """Messages per threadblock a cut stream is given, in eighths of the target's steps per
 threadblock, tried in turn (room for the ``nop`` steps that carry extra dependencies)."""
@@ -60,22 +64,25 @@ def synthesize_for(
     :data:`LEVELED_TRIED` as synthesized, and where the synthesis lowers with one stream per
     edge, up to :data:`LEVELED_TRIED` with channels by tree depth (:data:`LEVELS` per edge at
     most) and, on targets that cap steps per threadblock, one with every stream cut into
-    threadblocks of at most that many messages; each is simulated with the flow model on the
-    target (its loops and bounded buffers). Raises ``AlgorithmError`` naming the target and
-    the last refusal when none fits.
+    threadblocks of at most that many messages; where it lowers in shares, up to
+    :data:`LEVELED_TRIED` with at most :data:`FEW_TREES` trees per root. Each is simulated
+    with the flow model on the target (its loops and bounded buffers). Raises
+    ``AlgorithmError`` naming the target and the last refusal when none fits.
     """
     where = get_target(target)
     reason = "no pieces tried"
     fitted: list[tuple[Program, str]] = []
     cap = where.max_steps_per_threadblock
     cuts = () if cap is None else tuple(cap * f // 8 for f in SPLIT_EIGHTHS)
-    for levels, splits, wanted in ((0, (None,), LEVELED_TRIED),
-                                   (LEVELS, (None,), LEVELED_TRIED), (0, cuts, 1)):
+    families = (({}, (None,), LEVELED_TRIED), ({"levels": LEVELS}, (None,), LEVELED_TRIED),
+                ({}, cuts, 1), ({"trees": FEW_TREES}, (None,), LEVELED_TRIED))
+    for extra, splits, wanted in families:
         found = 0
         for count in pieces:
-            program = synthesize(collective, topology, pieces=count, root=root, levels=levels)
-            if (levels or splits != (None,)) and dict(program.params).get("lowering") != "streams":
-                break  # levels and cuts apply to one stream per edge only
+            program = synthesize(collective, topology, pieces=count, root=root, **extra)
+            streams = dict(program.params).get("lowering") == "streams"
+            if ("trees" in extra) == streams and (extra or splits != (None,)):
+                break  # levels and cuts apply to one stream per edge, trees to shares only
             for split in splits:
                 candidate = program if split is None else split_channels(program, split)
                 if split is not None and "split" not in dict(candidate.params):

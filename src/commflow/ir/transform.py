@@ -182,15 +182,14 @@ def stack(programs: Sequence[Program], *, name: str | None = None) -> Program:
 
 
 def split_channels(program: Program, most: int) -> Program:
-    """``program`` with every channel longer than ``most`` messages cut into consecutive
-    channels of at most ``most`` messages each: segment ``s`` of a channel holds messages
-    ``s * most ..`` of its connection (at both ends, so sends and receives still pair up), a
+    """``program`` with every channel of more than ``most`` messages cut into consecutive
+    channels of at most ``most`` messages each. Segment ``s`` of a channel holds messages
+    ``s * most ..`` of its connection at both ends (so sends and receives still pair up); a
     local step joins the segment of the message before it (a channel of local steps only is
-    cut every ``most`` steps), and the first step of each segment
-    waits for the last step of the one before. The steps run in the same order as before, on
-    connections of their own: MSCCL's threadblocks cap their steps (256 or 64), not how many
-    threadblocks follow each other on one link, as NCCL's channels carry consecutive parts of
-    a buffer.
+    cut every ``most`` steps); the first step of each segment waits for the last step of the
+    segment before. The steps run in the same order, each segment on a connection of its
+    own: MSCCL caps the steps of a threadblock (256, or 64), not how many threadblocks follow
+    each other on one link.
 
     Raises ``ProgramError`` when ``most`` < 1 or a channel to cut talks to more than one peer
     or both sends and receives (its ends would cut at different messages).

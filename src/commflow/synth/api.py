@@ -17,7 +17,7 @@ from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import DOWN, depth, lower, steps_per_piece
 from commflow.synth.steps import pareto, schedule_program
 from commflow.synth.streams import lower_streams
-from commflow.synth.trees import WeightedTree, integral_shares, pack_trees
+from commflow.synth.trees import WeightedTree, balanced_shares, integral_shares, pack_trees
 from commflow.topology.graph import Topology
 from commflow.topology.routing import diameter
 
@@ -52,6 +52,12 @@ broadcast and reduce, whose one root carries them all), times ``(nranks / 16)**2
 (as :func:`step_budget`), within the step budget. MI250 (3 trees per root):
 99.5-99.6% of the bound at 1 GiB in the flow model, synthesized in under 1 s; MI250 x2 gains
 from the 4,032 it gets (reduce-scatter 98.1% with 1,024, 98.6%)."""
+
+BALANCED_PIECES = 256
+"""Most chunks per root's data that a fractional packing lowered with one stream per edge
+gets dealt by :func:`~commflow.synth.trees.balanced_shares` (the busiest link 1.0-1.6% above
+the optimum at 48-64 on MI250 x2, 2.3-2.5% rounded root by root); more are dealt root by
+root, within ~1/pieces of the weights."""
 
 MIN_PIECES = 128
 """Pieces per share the number of trees per root must leave room for within
@@ -238,6 +244,9 @@ def _stream_program(
         shares = n if kind.rooted else 1  # one root's data in as many chunks as all ranks'
         most = STREAM_PIECES * shares * budget // MAX_STEPS // halves
         pieces = max(1, min(budget // steps_per_piece(kind, n, 1), most) // units)
+    if method == "columns" and units * pieces <= BALANCED_PIECES:
+        down = down and balanced_shares(own, down, units * pieces)
+        up = up and balanced_shares(own.reversed(), up, units * pieces)
     trees = max(sum(t.root == r for t in down or up) for r in range(n))
     extra = {"levels": levels} if levels else {}
     return lower_streams(

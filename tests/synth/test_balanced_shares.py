@@ -7,10 +7,14 @@ import numpy as np
 import pytest
 
 from commflow import topology
+from commflow.ir import to_msccl_xml
+from commflow.ir.transform import split_channels
 from commflow.sim import simulate
 from commflow.synth import apportion, balanced_shares, logical_edges, pack_trees, synthesize
 from commflow.synth.boxes import dedicated_edges
 from commflow.synth.trees import WeightedTree, tree_seconds
+
+from ..ir.msccl_conformance import violations
 
 MI250 = topology.load("mi250")
 
@@ -58,7 +62,7 @@ def test_largest_remainders_are_kept_where_balanced_rounding_is_no_better():
     assert _busiest(own, packing, shares) == pytest.approx(113 / 112, rel=1e-9)
 
 
-def test_mi250x2_stream_program_loads_its_busiest_link_as_the_balanced_shares():
+def test_mi250x2_stream_program_loads_its_busiest_link_as_the_balanced_shares_and_exports():
     topo = topology.load("mi250x2")
     own, packing = _packing(topo)
     program = synthesize("allgather", topo, pieces=12)
@@ -70,3 +74,5 @@ def test_mi250x2_stream_program_loads_its_busiest_link_as_the_balanced_shares():
     assert ratio == pytest.approx(_busiest(own, packing, balanced_shares(own, packing.trees, 12)))
     assert ratio == pytest.approx(1.0513333333333333, rel=1e-6)
     assert _busiest(own, packing, _largest_remainders(packing.trees, 12)) > 1.095
+    cut = split_channels(program, 56)  # verified on RCCL (bounded buffers) and within its rules
+    assert violations(to_msccl_xml(cut, "rccl"), "rccl") == []

@@ -5,7 +5,8 @@ unbounded buffers) against the program that each target loads and runs fastest
 (:func:`commflow.synth.synthesize_for`: pieces per share, and for programs with one stream
 per edge channels by tree depth or streams cut into threadblocks), simulated with the flow
 model on that target (bounded connection buffers, the kernel's loops of 2 MiB chunks for
-Simple).
+Simple). ``order`` ``xbox``: a reduce-scatter whose partials bound for another box go first
+(:func:`commflow.synth.cross_box.cross_box_first`).
 
     .venv/bin/python benchmarks/export_targets.py dgx1 dgx-a100x2 mi250x2
 """
@@ -24,11 +25,13 @@ from commflow.topology import load
 SIZE = 1 << 30
 COLLECTIVES = ("allgather", "reducescatter", "allreduce")
 TARGETS = ("msccl", "msccl-executor", "rccl")
+ORDERS = {"cross-box first": "xbox"}
+"""Short names of the ``order`` a program's steps were given (``-``: as synthesized)."""
 
 
 def main(presets: list[str]) -> None:
     print(f"{'preset':<12}{'collective':<15}{'target':<16}{'pieces':>7}{'levels':>7}{'split':>6}"
-          f"{'steps':>8}"
+          f"{'order':>7}{'steps':>8}"
           f"{'chunks/loop':>12}{'GB/s':>9}{'default':>9}{'loss%':>8}{'secs':>7}")
     for name in presets:
         topo = load(name)
@@ -45,7 +48,7 @@ def main(presets: list[str]) -> None:
                 params = dict(program.params)
                 print(f"{name:<12}{collective:<15}{target:<16}{params.get('pieces', '-')!s:>7}"
                       f"{params.get('levels', '-')!s:>7}{params.get('split', '-')!s:>6}"
-                      f"{program.nsteps:>8}"
+                      f"{ORDERS.get(params.get('order'), '-'):>7}{program.nsteps:>8}"
                       f"{chunks_per_loop(program):>12}{algbw / 1e9:>9.2f}{default / 1e9:>9.2f}"
                       f"{100 * (1 - algbw / default):>8.2f}{time.perf_counter() - start:>7.1f}",
                       flush=True)

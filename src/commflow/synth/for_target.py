@@ -10,7 +10,9 @@ edge gain from channels by tree depth (:func:`~commflow.synth.streams.lower_stre
 msccl-executor), a program with one stream per edge and many pieces fits too once each
 stream is cut into consecutive threadblocks of at most the runtime's steps per threadblock
 (:func:`~commflow.ir.transform.split_channels`): at 1 GiB it runs in one loop of chunks under
-2 MiB, whose pipeline fills and drains once.
+2 MiB, whose pipeline fills and drains once. A reduce-scatter lowered in shares across boxes
+is also tried with its partials bound for another box first
+(:func:`~commflow.synth.cross_box.cross_box_first`), which hides the last network hop.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from commflow.ir.target import Target, get_target
 from commflow.ir.transform import split_channels
 from commflow.sim import simulate
 from commflow.synth.api import synthesize
+from commflow.synth.cross_box import cross_box_first
 from commflow.topology.graph import Topology
 
 PIECES_TRIED = (64, 32, 16, 8, 4, 2, 1)
@@ -71,8 +74,9 @@ def synthesize_for(
     most) and, on targets that cap steps per threadblock, one with every stream cut into
     threadblocks of at most that many messages (also trying :data:`SPLIT_PIECES`); where it
     lowers in shares, up to :data:`LEVELED_TRIED` with at most :data:`FEW_TREES` trees per
-    root. Each is simulated with the flow model on the target (its loops and bounded
-    buffers). Raises ``AlgorithmError`` naming the target and the last refusal when none
+    root; a reduce-scatter lowered in shares across boxes also with partials bound for
+    another box first. Each is simulated with the flow model on the target (its loops and
+    bounded buffers). Raises ``AlgorithmError`` naming the target and the last refusal when none
     fits.
     """
     where = get_target(target)
@@ -96,13 +100,17 @@ def synthesize_for(
                 candidate = program if split is None else split_channels(program, split)
                 if split is not None and "split" not in dict(candidate.params):
                     break  # no stream longer than a threadblock: a candidate above
-                try:
-                    fitted.append((candidate, to_msccl_xml(candidate, where)))
-                except ProgramError as error:
-                    reason = str(error)
-                    continue
-                found += 1
-                break
+                fits = False
+                for variant in _orders(candidate, topology, streams):
+                    try:
+                        fitted.append((variant, to_msccl_xml(variant, where)))
+                    except ProgramError as error:
+                        reason = str(error)
+                        continue
+                    fits = True
+                if fits:
+                    found += 1
+                    break
             if found == wanted:
                 break
     if not fitted:
@@ -113,3 +121,12 @@ def synthesize_for(
         return fitted[0]
     return min(fitted, key=lambda c: simulate(c[0], topology, size, model="flow",
                                               target=where).time)
+
+
+def _orders(program: Program, topology: Topology, streams: bool) -> list[Program]:
+    """``program``, and for a reduce-scatter lowered in shares across boxes also its variant
+    with partials bound for another box first (:func:`~commflow.synth.cross_box.
+    cross_box_first`; DGX A100 x2: at the allgather's pace)."""
+    if streams or program.collective is not Collective.REDUCESCATTER or topology.nboxes < 2:
+        return [program]
+    return [program, cross_box_first(program, topology)]

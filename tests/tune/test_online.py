@@ -87,3 +87,48 @@ def test_ranks_run_the_tabled_algorithm(tmp_path):
         assert out == [2.0 * i for i in range(10)]
         assert chosen == "direct"
 
+
+
+def _variant_rule(comm, path):
+    import numpy as np
+
+    from commflow.tune.online import candidates, distinct
+
+    programs.use_tuning_table(path)
+    x = np.arange(1 << 18, dtype=np.float32) % 7 * (comm.rank + 1)  # 1 MiB
+    # rank 0 follows the table; rank 1 names the variant: one call, so the same signature
+    got = comm.allreduce(x, algo="auto" if comm.rank == 0 else "shm:segment=256K")
+    names = candidates(comm, Collective.ALLREDUCE)
+    return (got.tolist() == (x / (comm.rank + 1) * 3).tolist(), names,
+            distinct(names, Collective.ALLREDUCE, 1024, comm.size))
+
+
+def test_auto_runs_the_fast_path_variant_a_table_names(tmp_path):
+    path = tmp_path / "table.json"
+    TuningTable(fingerprint="live:2ranks:2perhost", topology="t", model="live", rules=(
+        Rule(collective=Collective.ALLREDUCE, nranks=2, min_bytes=0, max_bytes=2**63 - 1,
+             algo="shm:segment=256K", time_us=1.0),)).save(path)
+    assert from_json(path.read_text()).lookup("allreduce", 2, 1 << 20) == "shm:segment=256K"
+    for exact, names, small in run_world(_variant_rule, 2, str(path)):
+        assert exact
+        assert names[0] == "shm" and "shm:segment=1M" in names and "ring" in names
+        # at 1 KiB every variant is one-shot as shm is: timed once
+        assert [n for n in small if n.startswith("shm")] == ["shm"]
+    try:
+        programs.use_tuning_table(path)
+        assert programs.choose(Collective.ALLREDUCE, 2, 1 << 20, "auto",
+                               fast_path=True) == "shm:segment=256K"
+        assert programs.choose(Collective.ALLREDUCE, 2, 1 << 20, "auto") == "ring"
+        assert programs.choose(Collective.ALLREDUCE, 2, 1 << 20, "shm") == "shm"
+    finally:
+        programs.use_tuning_table(None)
+
+
+def test_a_table_naming_a_malformed_variant_is_refused(tmp_path):
+    path = tmp_path / "table.json"
+    TuningTable(fingerprint="f", topology="t", model="live", rules=(
+        Rule(collective=Collective.ALLREDUCE, nranks=2, min_bytes=0, max_bytes=10,
+             algo="shm:segments=1M", time_us=1.0),)).save(path)
+    with pytest.raises(CommflowError, match="segments=1M"):
+        programs.use_tuning_table(path)
+    programs.use_tuning_table(None)

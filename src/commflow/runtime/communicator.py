@@ -92,6 +92,12 @@ class Communicator:
         return len(self.ranks)
 
     @property
+    def fast_path(self) -> bool:
+        """Whether the shared-memory fast path (``algo="shm"`` and its variants) runs here:
+        the world communicator of one host."""
+        return self._fast is not None
+
+    @property
     def local_rank(self) -> int:
         """Rank among this host's ranks."""
         return self.spec.local_rank
@@ -106,6 +112,14 @@ class Communicator:
                   async_op: bool = False, timeout: float | None = None):
         """Reduce ``x`` over all ranks into ``out`` (a new array if ``None``; ``out=x`` for
         in-place). Returns ``out`` (or a :class:`Handle` when ``async_op``)."""
+        if type(algo) is str and algo == "auto" and programs.tuned():
+            nbytes = getattr(x, "nbytes", None)
+            if nbytes is not None:  # the table's choice (a fast-path variant, an algorithm)
+                algo = programs.choose(Collective.ALLREDUCE, self.size, int(nbytes), algo,
+                                       fast_path=self.fast_path)
+                if algo != fastpath.NAME and fastpath.is_fast(algo):
+                    algo = fastpath.effective(fastpath.variant(algo), Collective.ALLREDUCE,
+                                              int(nbytes), self.size).name
         if self._lean is not None and not async_op and type(algo) is str \
                 and (algo == "auto" or algo == fastpath.NAME):
             if timeout is not None:
@@ -418,11 +432,15 @@ class Communicator:
         nbytes = call.unit * dtype.itemsize
         name = programs.choose(coll, self.size, max(call.send.nbytes, call.recv.nbytes),
                                call.algo, fast_path=self._fast is not None)
+        fast = fastpath.is_fast(name)
+        if fast:  # named as it cuts this call (shm when as the defaults)
+            staged = nbytes * (self.size if coll is Collective.REDUCESCATTER else 1)
+            options = fastpath.effective(fastpath.variant(name), coll, staged, self.size)
+            name = options.name
         if entry is not None:
             self._flight.start(entry, name)
         root = call.root if coll in _ROOTED else None
         send, recv = flat(call.send), flat(call.recv)
-        fast = name == fastpath.NAME
         if (coll is not Collective.BROADCAST and not (fast and in_place(send, recv, self.rank))
                 and np.may_share_memory(send, recv)):
             send = send.copy()  # a program may read input it has already overwritten
@@ -433,7 +451,8 @@ class Communicator:
                 raise CommflowError(f"algo {name!r} runs only on the world communicator of "
                                     f"one host; use a program algorithm here")
             self._fast.run(coll, send, recv, call.unit, reduce, call.root, seq=seq,
-                           signature=signature, deadline=self._deadline(timeout))
+                           signature=signature, deadline=self._deadline(timeout),
+                           options=options)
         else:
             plan = programs.rank_plan(coll, name, self.size, root, self.rank, call.unit)
             what = f"{coll.value} #{seq} ({name}) on rank {self.rank}"

@@ -8,6 +8,11 @@ doubles, until one is left or the time budget is spent (then the fastest so far 
 of sizes with the same winner become one rule of a :class:`~commflow.tuning_table.TuningTable`
 (``model="live"``, keyed by :func:`live_fingerprint`), which ``auto`` follows once loaded
 (:func:`commflow.runtime.use_tuning_table`, or ``COMMFLOW_TUNING_TABLE``).
+
+Where the fast path runs, its variants are candidates too (a rule may name
+``shm:segment=1M``): ``auto`` then runs the fast path cut that way at those sizes, while
+``algo="shm"`` keeps the defaults. Variants that cut a size as another candidate does are
+timed once (:func:`distinct`).
 """
 
 from __future__ import annotations
@@ -32,21 +37,48 @@ def live_fingerprint(comm) -> str:
 
 def candidates(comm, collective: Collective) -> list[str]:
     """The algorithms the runtime can run for ``collective`` on ``comm``'s ranks (those that
-    do not apply to its rank count left out)."""
+    do not apply to its rank count left out): where the fast path runs, ``shm`` and its
+    tuned variants (:func:`commflow.runtime.fastpath.variants`: segment size, one-shot
+    threshold), as NCCL's tuner ranks protocols and channel counts; then the registered
+    programs."""
     from commflow import algorithms
-    from commflow.runtime import programs
+    from commflow.runtime import fastpath, programs
 
-    found = []
+    found = fastpath.variants(collective) if getattr(comm, "fast_path", False) else []
     for name in programs.names(collective):
-        if name == "auto":
+        if name == "auto" or fastpath.is_fast(name):
             continue
-        if name != programs.fastpath.NAME:
-            try:
-                algorithms.build(collective, name, comm.size)
-            except AlgorithmError:
-                continue
+        try:
+            algorithms.build(collective, name, comm.size)
+        except AlgorithmError:
+            continue
         found.append(name)
     return found
+
+
+def distinct(names: Sequence[str], collective: Collective, size: int,
+             nranks: int) -> list[str]:
+    """``names`` without the fast-path variants that cut a ``size``-byte call as an earlier
+    name does (:func:`commflow.runtime.fastpath.effective`; each kept under its name)."""
+    from commflow.runtime import fastpath
+
+    staged = _count(collective, size, nranks) * 4  # a rank's float32 input, all staged
+    seen, kept = set(), []
+    for name in names:
+        key = fastpath.effective(fastpath.variant(name), collective, staged, nranks).name \
+            if fastpath.is_fast(name) else name
+        if key not in seen:
+            seen.add(key)
+            kept.append(name)
+    return kept
+
+
+def _count(collective: Collective, size: int, nranks: int) -> int:
+    """float32 elements of one rank's input for a ``size``-byte call (nccl-tests sizes)."""
+    elements = max(1, size // 4)
+    return {Collective.ALLGATHER: max(1, elements // nranks),
+            Collective.REDUCESCATTER: max(1, elements // nranks) * nranks}.get(collective,
+                                                                                elements)
 
 
 def _call(comm, collective: Collective, x: np.ndarray, algo: str) -> None:
@@ -77,10 +109,7 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
           iters: int = 3, deadline: float = float("inf")) -> tuple[str, float]:
     """The fastest of ``names`` for a ``size``-byte ``collective`` (nccl-tests convention)
     by successive halving, and its median seconds. Every rank returns the same."""
-    elements = max(1, size // 4)
-    n = comm.size
-    count = {Collective.ALLREDUCE: elements, Collective.ALLGATHER: max(1, elements // n),
-             Collective.REDUCESCATTER: max(1, elements // n) * n}.get(collective, elements)
+    count = _count(collective, size, comm.size)
     x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
     alive, rounds = list(names), iters
     timed = {name: _time(comm, collective, x, name, 1) for name in alive}  # warm-up
@@ -117,7 +146,8 @@ def tune_live(comm, sizes: Sequence[int], *,
         winners = []
         for size in sizes:
             case_deadline = min(deadline, time.monotonic() + per_case)
-            winners.append(halve(comm, kind, size, names, iters=iters, deadline=case_deadline))
+            winners.append(halve(comm, kind, size, distinct(names, kind, size, comm.size),
+                                 iters=iters, deadline=case_deadline))
         rules += _rules(kind, comm.size, sizes, winners)
     return TuningTable(fingerprint=live_fingerprint(comm), topology=f"live {comm.size} ranks",
                        model="live", rules=tuple(rules))

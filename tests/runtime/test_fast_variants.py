@@ -17,7 +17,7 @@ from .harness import run_world
 # Tiny segments and thresholds, so that small arrays cross every boundary: several segments,
 # a one-shot first segment and a two-shot one, a call one-shot whole above the default.
 VARIANTS = ("shm", "shm:segment=4K", "shm:segment=1K:one_shot=2K", "shm:one_shot=512K",
-            "shm:segment=8K:one_shot=4K")
+            "shm:segment=8K:one_shot=4K:spin=0")
 COUNTS = (1, 777, 5000, 70_001)
 
 
@@ -28,6 +28,7 @@ def test_names_round_trip_and_drop_defaults():
     assert variant(v.name) == v
     assert variant("shm").name == "shm" and variant(f"shm:segment={SEGMENT}") == fastpath.DEFAULT
     assert Variant(segment=1000).name == "shm:segment=1000"
+    assert variant("shm:spin=0:segment=1M").name == "shm:segment=1M:spin=0"
     for bad in ("shm:foo=1K", "shm:segment", "shm:segment=0", "shm:segment=1K:segment=2K",
                 "shmx", "shm:one_shot=-4"):
         with pytest.raises(AlgorithmError):
@@ -47,6 +48,9 @@ def test_effective_names_a_call_by_how_it_is_cut():
     assert effective(big, AR, 4 << 20, 2) == Variant(segment=2 << 20)
     assert effective(Variant(one_shot=1 << 20), AR, 1 << 20, 2) == Variant(one_shot=1 << 20)
     assert effective(big, AR, 4 << 20, 4) == big
+    # how a rank waits is kept, but not on the compiled path of small allreduces
+    assert effective(Variant(spin=0), AG, 16, 4) == Variant(spin=0)
+    assert effective(Variant(spin=0), AR, 16, 4) == fastpath.DEFAULT
 
 
 def test_variants_to_tune_are_distinct_and_apply():

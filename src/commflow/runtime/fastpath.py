@@ -19,7 +19,8 @@ copy of the input: a segment is staged before any of its output is written, and 
 only the part of its output that the staged segment covers.
 
 **Variants.** How a call is cut is a :class:`Variant`: the largest allreduce segment reduced
-one-shot (every rank reduces all of it) and the bytes staged per round. ``shm`` runs the
+one-shot (every rank reduces all of it), the bytes staged per round, and how long a waiting
+rank polls before it yields its CPU. ``shm`` runs the
 defaults; a variant is named ``shm:one_shot=1M:segment=4M`` (fields that differ from the
 defaults), which ``algo=`` accepts and a tuning table may name for ``auto`` per size, as NCCL's
 tuner picks a protocol and channel count per size. The name is part of the call's signature,
@@ -41,7 +42,7 @@ from commflow.errors import AlgorithmError, CommflowError
 from commflow.runtime.errors import CommMismatchError, CommTimeoutError
 from commflow.runtime.ops import Reducer
 from commflow.runtime.protocol import Signature
-from commflow.runtime.transport.shm import ABORT_MISMATCH, ShmEndpoint
+from commflow.runtime.transport.shm import ABORT_MISMATCH, ShmEndpoint, ShmTransport
 from commflow.units import format_size, parse_size
 
 NAME = "shm"
@@ -51,6 +52,8 @@ read it (larger messages go through in several rounds)."""
 ONE_SHOT = 64 << 10
 """Allreduce segments up to this many bytes are reduced whole by every rank (one flag, no
 second pass), in rank order so every rank computes the same result."""
+SPIN = ShmTransport.YIELD_AFTER
+"""Polls before a waiting rank yields (the shared-memory transport's)."""
 COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER,
                Collective.BROADCAST)
 SUMMARY = ("shared staging buffers: copy in, reduce block r on rank r, copy out "
@@ -67,13 +70,18 @@ class Variant:
     ranks reduce every segment one-shot."""
     segment: int = SEGMENT
     """Bytes staged per round (at most half a rank's staging area is used)."""
+    spin: int = SPIN
+    """Polls of the peers' flags before a waiting rank yields its CPU between polls (then it
+    sleeps on its doorbell). Where the ranks outnumber the CPUs, 0 lets the peers it waits
+    for run sooner."""
 
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise CommflowError(f"fast path variant: {field.name} must be an integer >= 1 "
-                                    f"byte, got {value!r}")
+            least = 0 if field.name == "spin" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise CommflowError(f"fast path variant: {field.name} must be an integer >= "
+                                    f"{least}, got {value!r}")
 
     @property
     def name(self) -> str:
@@ -89,8 +97,9 @@ DEFAULT = Variant()
 
 
 TUNED = (Variant(segment=256 << 10), Variant(segment=1 << 20), Variant(segment=2 << 20),
-         Variant(one_shot=256 << 10), Variant(one_shot=1 << 20),
-         Variant(one_shot=256 << 10, segment=1 << 20))
+         Variant(one_shot=256 << 10), Variant(one_shot=1 << 20), Variant(spin=0),
+         Variant(segment=1 << 20, spin=0), Variant(segment=2 << 20, spin=0),
+         Variant(one_shot=256 << 10, spin=0))
 """The variants online tuning measures beside the defaults (:func:`variants`)."""
 
 
@@ -102,7 +111,7 @@ def variants(collective: Collective) -> list[str]:
     found = [NAME]
     for option in TUNED:
         if collective is not Collective.ALLREDUCE:
-            option = Variant(segment=option.segment)
+            option = Variant(segment=option.segment, spin=option.spin)
         if option.name not in found:
             found.append(option.name)
     return found
@@ -143,7 +152,7 @@ def effective(options: Variant, collective: Collective, staged: int, nranks: int
     """``options`` with the fields that do not change how a call is cut set to the defaults,
     for a call that stages ``staged`` bytes per rank (reduce-scatter: its whole input): a
     variant that runs a call as ``shm`` would is named ``shm`` for it (the same signature,
-    and the compiled small-message path for small allreduces)."""
+    and the compiled small-message path for small allreduces, which waits its own way)."""
     one_shot, segment = options.one_shot, options.segment
     if collective is Collective.ALLREDUCE and staged <= min(one_shot, ONE_SHOT):
         return DEFAULT  # one-shot either way
@@ -153,7 +162,7 @@ def effective(options: Variant, collective: Collective, staged: int, nranks: int
         one_shot = ONE_SHOT  # no one-shot call either way; two ranks reduce every segment so
     if (one_shot, segment) == (options.one_shot, options.segment):
         return options
-    return Variant(one_shot, segment)
+    return Variant(one_shot, segment, options.spin)
 
 
 class SharedBufferPaths:
@@ -178,13 +187,14 @@ class SharedBufferPaths:
         half_bytes = host.layout.stage_bytes // 2
         one_shot = min(options.one_shot, half_bytes)
         if collective is Collective.ALLREDUCE and 0 < unit * send.dtype.itemsize <= one_shot:
-            self.small_allreduce(send, recv, reduce, seq, signature, deadline, endpoint)
+            self.small_allreduce(send, recv, reduce, seq, signature, deadline, endpoint,
+                                 options.spin)
             return
         n, me = self.n, self.me
         others = [r for r in range(n) if r != me]
         per_stage = n if collective is Collective.REDUCESCATTER else 1
         seg = max(1, min(half_bytes, options.segment) // send.dtype.itemsize // per_stage)
-        wait = lambda: self.phase(endpoint, seq, signature, deadline)  # noqa: E731
+        wait = lambda: self.phase(endpoint, seq, signature, deadline, options.spin)  # noqa: E731
         for lo in range(0, max(unit, 1), seg):
             hi = min(unit, lo + seg)
             m = hi - lo
@@ -237,7 +247,7 @@ class SharedBufferPaths:
 
     def small_allreduce(self, send: np.ndarray, recv: np.ndarray, reduce: Reducer, seq: int,
                         signature: Signature, deadline: float,
-                        endpoint: ShmEndpoint | None = None) -> None:
+                        endpoint: ShmEndpoint | None = None, spin: int = SPIN) -> None:
         """One-shot allreduce of ``send`` (flat, at most half a staging area) into
         ``recv``, reduced from the staged copies in rank order, as the compiled path
         (:mod:`commflow.runtime.lean`) does: every rank gets the same bits whichever path it
@@ -249,7 +259,7 @@ class SharedBufferPaths:
         stages = self._stages(host, self.segments & 1, host.layout.stage_bytes // 2, send.dtype)
         self.segments += 1
         stages[self.me][:unit] = send
-        self.phase(endpoint, seq, signature, deadline)
+        self.phase(endpoint, seq, signature, deadline, spin)
         if self.n == 1:
             recv[...] = stages[0][:unit]
             return
@@ -268,8 +278,9 @@ class SharedBufferPaths:
         return views
 
     def phase(self, endpoint: ShmEndpoint, seq: int, signature: Signature,
-               deadline: float) -> None:
-        """Raise this rank's flag to the next epoch and wait for every rank's."""
+              deadline: float, spin: int = SPIN) -> None:
+        """Raise this rank's flag to the next epoch and wait for every rank's (polling
+        ``spin`` times before yielding the CPU)."""
         host = endpoint.t.host
         self.epoch += 1
         digest = signature.digest & 0x7FFF_FFFF_FFFF_FFFF
@@ -302,4 +313,4 @@ class SharedBufferPaths:
                         f"{signature.collective} #{seq} (shm) on rank {self.me}: timed out "
                         f"waiting for ranks {pending}", op=signature.collective, seq=seq,
                         peers=tuple(pending))
-                endpoint.idle(rounds, deadline)
+                endpoint.idle(rounds, deadline, spin)

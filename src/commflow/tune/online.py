@@ -17,6 +17,7 @@ timed once (:func:`distinct`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -93,28 +94,43 @@ def _call(comm, collective: Collective, x: np.ndarray, algo: str) -> None:
                             f"{collective.value}")
 
 
-def _time(comm, collective: Collective, x: np.ndarray, algo: str, iters: int) -> float:
-    """Median over ``iters`` calls of the slowest rank's seconds."""
-    times = np.empty(iters)
+def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
+          iters: int) -> dict[str, float]:
+    """Median over ``iters`` calls of the slowest rank's seconds, per name; the names take
+    turns call by call, so a change in the machine's load reaches all of them alike."""
+    times = np.empty((len(names), iters))
     for i in range(iters):
-        comm.barrier()
-        start = time.perf_counter()
-        _call(comm, collective, x, algo)
-        times[i] = time.perf_counter() - start
+        for j, name in enumerate(names):
+            comm.barrier()
+            start = time.perf_counter()
+            _call(comm, collective, x, name)
+            times[j, i] = time.perf_counter() - start
     slowest = comm.allreduce(times, op="max")
-    return float(np.median(slowest))
+    return {name: float(np.median(row)) for name, row in zip(names, slowest, strict=True)}
+
+
+MAX_ITERS = 64
+"""Most calls per candidate in the first round of :func:`halve`."""
 
 
 def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
           iters: int = 3, deadline: float = float("inf")) -> tuple[str, float]:
     """The fastest of ``names`` for a ``size``-byte ``collective`` (nccl-tests convention)
-    by successive halving, and its median seconds. Every rank returns the same."""
+    by successive halving, and its median seconds. Every rank returns the same.
+
+    The first round times every name ``iters`` times, or more (up to :data:`MAX_ITERS`)
+    when a warm-up call of each says that the rounds fit before ``deadline`` (every round
+    costs about the same: half the names, twice the calls)."""
     count = _count(collective, size, comm.size)
     x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
-    alive, rounds = list(names), iters
-    timed = {name: _time(comm, collective, x, name, 1) for name in alive}  # warm-up
+    alive = list(names)
+    timed = _time(comm, collective, x, alive, 1)  # warm-up
+    left = comm.allreduce(np.array([deadline - time.monotonic()]), op="min")[0]
+    rounds_left = max(1, math.ceil(math.log2(len(alive))))
+    fits = left / (sum(timed.values()) * rounds_left * 1.5)  # 1.5: barriers, stragglers
+    rounds = int(min(MAX_ITERS, max(iters, fits))) if math.isfinite(fits) else iters
     while len(alive) > 1:
-        timed = {name: _time(comm, collective, x, name, rounds) for name in alive}
+        timed = _time(comm, collective, x, alive, rounds)
         alive = sorted(alive, key=lambda n: (timed[n], n))[: max(1, len(alive) // 2)]
         rounds *= 2
         over = comm.allreduce(np.array([float(time.monotonic() > deadline)]), op="max")[0]

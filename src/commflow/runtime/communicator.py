@@ -112,21 +112,17 @@ class Communicator:
                   async_op: bool = False, timeout: float | None = None):
         """Reduce ``x`` over all ranks into ``out`` (a new array if ``None``; ``out=x`` for
         in-place). Returns ``out`` (or a :class:`Handle` when ``async_op``)."""
-        if type(algo) is str and algo == "auto" and programs.tuned():
-            nbytes = getattr(x, "nbytes", None)
-            if nbytes is not None:  # the table's choice (a fast-path variant, an algorithm)
-                algo = programs.choose(Collective.ALLREDUCE, self.size, int(nbytes), algo,
-                                       fast_path=self.fast_path)
-                if algo != fastpath.NAME and fastpath.is_fast(algo):
-                    algo = fastpath.effective(fastpath.variant(algo), Collective.ALLREDUCE,
-                                              int(nbytes), self.size).name
         if self._lean is not None and not async_op and type(algo) is str \
                 and (algo == "auto" or algo == fastpath.NAME):
             if timeout is not None:
                 check_timeout(timeout, f"allreduce on rank {self.rank}")
-            result = self._lean.allreduce(x, op, out, timeout)
+            result = self._lean.allreduce(x, op, out, timeout, algo)
             if result is not None:
                 return result
+        if type(algo) is str and algo == "auto" and programs.tuned():
+            nbytes = getattr(x, "nbytes", None)
+            if nbytes is not None:  # the table's choice (a fast-path variant, an algorithm)
+                algo = self._tuned_allreduce(int(nbytes))
         a = as_numpy(x, "allreduce input")
         out = like(x, a.shape) if out is None else out
         b = self._output(out, a.shape, a.dtype, "allreduce")
@@ -139,6 +135,17 @@ class Communicator:
             return out
         return self._submit(Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,
                             async_op, timeout)
+
+    def _tuned_allreduce(self, nbytes: int) -> str:
+        """What ``auto`` runs for an allreduce of ``nbytes`` under the loaded tuning table: a
+        fast-path variant by the name it runs under (``shm`` where it cuts the call as the
+        defaults do), or an algorithm."""
+        name = programs.choose(Collective.ALLREDUCE, self.size, nbytes, "auto",
+                               fast_path=self.fast_path)
+        if name != fastpath.NAME and fastpath.is_fast(name):
+            return fastpath.effective(fastpath.variant(name), Collective.ALLREDUCE, nbytes,
+                                      self.size).name
+        return name
 
     def allgather(self, x, *, algo: str | Program = "auto", out=None, async_op: bool = False,
                   timeout: float | None = None):

@@ -148,6 +148,7 @@ def variant(name: str) -> Variant:
         raise AlgorithmError(str(error)) from None
 
 
+@lru_cache(maxsize=1024)
 def effective(options: Variant, collective: Collective, staged: int, nranks: int) -> Variant:
     """``options`` with the fields that do not change how a call is cut set to the defaults,
     for a call that stages ``staged`` bytes per rank (reduce-scatter: its whole input): a

@@ -49,6 +49,9 @@ _AUTO = {
 TABLE_ENV = "COMMFLOW_TUNING_TABLE"
 """Environment variable naming a tuning table (JSON) that ``auto`` follows."""
 _table: list[TuningTable | None] = []
+generation = 0
+"""Counts the tables ``auto`` has followed in this process (0: none yet), so that callers
+may cache what they chose under one table."""
 
 
 def tuned() -> bool:
@@ -63,9 +66,11 @@ def use_tuning_table(table: TuningTable | str | os.PathLike | None) -> None:
     ``COMMFLOW_TUNING_TABLE`` on first use. Raises ``CommflowError`` for a malformed file,
     ``AlgorithmError`` for a malformed fast-path variant name
     (:func:`commflow.runtime.fastpath.variant`)."""
+    global generation
     if isinstance(table, str | os.PathLike):
         table = load_table(table)
     _table[:] = [_checked(table)]
+    generation += 1
 
 
 def _checked(table: TuningTable | None) -> TuningTable | None:
@@ -77,9 +82,11 @@ def _checked(table: TuningTable | None) -> TuningTable | None:
 
 
 def _active_table() -> TuningTable | None:
+    global generation
     if not _table:
         path = os.environ.get(TABLE_ENV)
         _table.append(_checked(load_table(path)) if path else None)
+        generation += 1
     return _table[0]
 
 
@@ -96,6 +103,21 @@ def choose(
     bandwidth-optimal one above."""
     if algo != "auto":
         return algo
+    key = (collective, nranks, nbytes, fast_path, generation)
+    chosen = _chosen.get(key)
+    if chosen is None:
+        chosen = _choose(collective, nranks, nbytes, fast_path)
+        if len(_chosen) > 4096:
+            _chosen.clear()
+        _chosen[(collective, nranks, nbytes, fast_path, generation)] = chosen
+    return chosen
+
+
+_chosen: dict[tuple, str] = {}
+"""What ``auto`` chose per call shape and table generation (a table has many rules)."""
+
+
+def _choose(collective: Collective, nranks: int, nbytes: int, fast_path: bool) -> str:
     table = _active_table()
     tuned = None if table is None else table.lookup(collective, nranks, nbytes)
     if tuned is not None and (fast_path or not fastpath.is_fast(tuned)):

@@ -12,7 +12,8 @@ of sizes with the same winner become one rule of a :class:`~commflow.tuning_tabl
 Where the fast path runs, its variants are candidates too (a rule may name
 ``shm:segment=1M``): ``auto`` then runs the fast path cut that way at those sizes, while
 ``algo="shm"`` keeps the defaults. Variants that cut a size as another candidate does are
-timed once (:func:`distinct`).
+timed once (:func:`distinct`), and a winner replaces ``shm`` only when it is more than
+:data:`MARGIN` faster in a final round against it.
 """
 
 from __future__ import annotations
@@ -111,16 +112,23 @@ def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
 
 MAX_ITERS = 64
 """Most calls per candidate in the first round of :func:`halve`."""
+MARGIN = 0.03
+"""How much faster than the incumbent (``shm`` where the fast path runs) a winner must be in
+a final head-to-head round of :func:`halve` to replace it: a rule that only follows a
+noisy round would make ``auto`` slower than the default it replaces."""
 
 
 def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
-          iters: int = 3, deadline: float = float("inf")) -> tuple[str, float]:
+          iters: int = 3, deadline: float = float("inf"), incumbent: str | None = None,
+          margin: float = MARGIN) -> tuple[str, float]:
     """The fastest of ``names`` for a ``size``-byte ``collective`` (nccl-tests convention)
     by successive halving, and its median seconds. Every rank returns the same.
 
     The first round times every name ``iters`` times, or more (up to :data:`MAX_ITERS`)
     when a warm-up call of each says that the rounds fit before ``deadline`` (every round
-    costs about the same: half the names, twice the calls)."""
+    costs about the same: half the names, twice the calls). With an ``incumbent`` (one of
+    ``names``), the winner then runs against it, call by call, as many calls as the last
+    round made, and replaces it only when more than ``margin`` faster there."""
     count = _count(collective, size, comm.size)
     x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
     alive = list(names)
@@ -137,6 +145,11 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
         if over:
             break
     best = min(alive, key=lambda n: (timed[n], n))
+    if incumbent is not None and incumbent != best:
+        final = _time(comm, collective, x, [best, incumbent], rounds // 2)
+        if final[best] >= final[incumbent] * (1 - margin):
+            best = incumbent
+        return best, final[best]
     return best, timed[best]
 
 
@@ -153,6 +166,8 @@ def tune_live(comm, sizes: Sequence[int], *,
     sizes = [int(s) for s in sizes]
     if not sizes or sizes != sorted(set(sizes)) or sizes[0] < 1:
         raise CommflowError(f"online tuning needs increasing sizes >= 1 byte, got {sizes}")
+    from commflow.runtime import fastpath
+
     kinds = [parse_collective(c) for c in collectives]
     deadline = time.monotonic() + budget
     per_case = budget / (len(kinds) * len(sizes))
@@ -163,7 +178,8 @@ def tune_live(comm, sizes: Sequence[int], *,
         for size in sizes:
             case_deadline = min(deadline, time.monotonic() + per_case)
             winners.append(halve(comm, kind, size, distinct(names, kind, size, comm.size),
-                                 iters=iters, deadline=case_deadline))
+                                 iters=iters, deadline=case_deadline,
+                                 incumbent=fastpath.NAME if fastpath.NAME in names else None))
         rules += _rules(kind, comm.size, sizes, winners)
     return TuningTable(fingerprint=live_fingerprint(comm), topology=f"live {comm.size} ranks",
                        model="live", rules=tuple(rules))

@@ -112,6 +112,8 @@ def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
 
 MAX_ITERS = 64
 """Most calls per candidate in the first round of :func:`halve`."""
+FINAL_CALLS = 16
+"""Fewest calls of each in the final round of :func:`halve` against the incumbent."""
 MARGIN = 0.03
 """How much faster than the incumbent (``shm`` where the fast path runs) a winner must be in
 a final head-to-head round of :func:`halve` to replace it: a rule that only follows a
@@ -128,7 +130,8 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     when a warm-up call of each says that the rounds fit before ``deadline`` (every round
     costs about the same: half the names, twice the calls). With an ``incumbent`` (one of
     ``names``), the winner then runs against it, call by call, as many calls as the last
-    round made, and replaces it only when more than ``margin`` faster there."""
+    round made (at least :data:`FINAL_CALLS`), and replaces it only when more than
+    ``margin`` faster there."""
     count = _count(collective, size, comm.size)
     x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
     alive = list(names)
@@ -146,7 +149,7 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
             break
     best = min(alive, key=lambda n: (timed[n], n))
     if incumbent is not None and incumbent != best:
-        final = _time(comm, collective, x, [best, incumbent], rounds // 2)
+        final = _time(comm, collective, x, [best, incumbent], max(FINAL_CALLS, rounds // 2))
         if final[best] >= final[incumbent] * (1 - margin):
             best = incumbent
         return best, final[best]

@@ -2,11 +2,12 @@
 
 For each collective and size, every algorithm the runtime can run on this communicator is
 timed by successive halving (Jamieson and Talwalkar 2016): each round times the surviving
-candidates ``iters`` times (every call after a barrier; a call's time is the slowest rank's,
-so every rank sees the same numbers and keeps the same half), then the number of calls
-doubles, until one is left or the time budget is spent (then the fastest so far wins). Runs
-of sizes with the same winner become one rule of a :class:`~commflow.tuning_table.TuningTable`
-(``model="live"``, keyed by :func:`live_fingerprint`), which ``auto`` follows once loaded
+candidates ``iters`` times (a call out of place plus one in place, each after a barrier;
+the time is the slowest rank's, so every rank sees the same numbers and keeps the same
+half), then the number of calls doubles, until one is left or the time budget is spent
+(then the fastest so far wins). Runs of sizes with the same winner become one rule of a
+:class:`~commflow.tuning_table.TuningTable` (``model="live"``, keyed by
+:func:`live_fingerprint`), which ``auto`` follows once loaded
 (:func:`commflow.runtime.use_tuning_table`, or ``COMMFLOW_TUNING_TABLE``).
 
 Where the fast path runs, its variants are candidates too (a rule may name
@@ -83,13 +84,20 @@ def _count(collective: Collective, size: int, nranks: int) -> int:
                                                                                 elements)
 
 
-def _call(comm, collective: Collective, x: np.ndarray, algo: str) -> None:
+def _call(comm, collective: Collective, x: np.ndarray, algo: str,
+          buf: np.ndarray | None) -> None:
+    """One call out of place, on ``x``, or in place, on ``buf`` (``None``: out of place):
+    allgather's input is this rank's block of ``buf``, reduce-scatter's output is."""
     if collective is Collective.ALLREDUCE:
-        comm.allreduce(x, algo=algo)
+        out = buf
+        comm.allreduce(x if buf is None else buf, algo=algo, out=out)
     elif collective is Collective.ALLGATHER:
-        comm.allgather(x, algo=algo)
+        block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
+        comm.allgather(x if buf is None else buf[block], algo=algo, out=buf)
     elif collective is Collective.REDUCESCATTER:
-        comm.reduce_scatter(x, algo=algo)
+        m = len(x) // comm.size
+        out = None if buf is None else buf[comm.rank * m:(comm.rank + 1) * m]
+        comm.reduce_scatter(x if buf is None else buf, algo=algo, out=out)
     else:
         raise CommflowError(f"online tuning covers allreduce, allgather and reducescatter, not "
                             f"{collective.value}")
@@ -97,15 +105,22 @@ def _call(comm, collective: Collective, x: np.ndarray, algo: str) -> None:
 
 def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
           iters: int) -> dict[str, float]:
-    """Median over ``iters`` calls of the slowest rank's seconds, per name; the names take
-    turns call by call, so a change in the machine's load reaches all of them alike."""
-    times = np.empty((len(names), iters))
+    """Median over ``iters`` samples of the slowest rank's seconds, per name; a sample is
+    one call out of place plus one in place (a rule serves both, and a program run in place
+    copies its input first). The names take turns sample by sample, so a change in the
+    machine's load reaches all of them alike."""
+    buf = np.empty(len(x) * (comm.size if collective is Collective.ALLGATHER else 1), x.dtype)
+    block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
+    mine = buf[block] if collective is Collective.ALLGATHER else buf
+    times = np.zeros((len(names), iters))
     for i in range(iters):
         for j, name in enumerate(names):
-            comm.barrier()
-            start = time.perf_counter()
-            _call(comm, collective, x, name)
-            times[j, i] = time.perf_counter() - start
+            for inplace in (None, buf):
+                mine[...] = x
+                comm.barrier()
+                start = time.perf_counter()
+                _call(comm, collective, x, name, inplace)
+                times[j, i] += time.perf_counter() - start
     slowest = comm.allreduce(times, op="max")
     return {name: float(np.median(row)) for name, row in zip(names, slowest, strict=True)}
 

@@ -1,47 +1,73 @@
 """Live goal of issue 16: ``auto`` against every fixed algorithm, from ``commflow bench --algo
-all --json-out`` files (one run each; ratios within the run).
+all --json-out`` files (ratios within each run).
 
 Run: ``.venv/bin/python benchmarks/auto_vs_fixed.py FILE.json ...``. Prints one markdown row
 per (collective, ranks, placement): the sizes where ``auto`` is within 5% of the fastest fixed
-algorithm, the worst size with its ratio and winner, and ``auto``'s total over the sweep against
-the best fixed algorithm's total (``commflow.tune.versus_fixed``). On one host ``auto`` runs
-the ``shm`` fast path, so the spread between the two (the largest ratio either way over the
-sizes) is the run's noise floor: one program measured twice.
+algorithm, the worst size with its ratio and winner, ``auto``'s total over the sweep against
+the best fixed algorithm's total (``commflow.tune.versus_fixed``), and against the fixed
+``shm`` fast path's total (on one host ``auto`` runs the fast path, with the variants a loaded
+tuning table names per size; ``shm`` runs its defaults).
+
+Files of the same collective and rank count are repeated runs: the row then gives each run's
+count of sizes within 5% and sweep ratios, and judges the median over the runs of each
+(algorithm, size) cell (the worst size and the totals are the median's).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections import defaultdict
 
-from commflow.tune import versus_fixed
+import numpy as np
+
+from commflow.tune import Versus, versus_fixed
 from commflow.units import format_size
+
+
+def _within(versus: Versus) -> int:
+    return sum(v.ratio <= 1.05 for v in versus.sizes)
+
+
+def _median(runs: list[list[tuple[str, int, float]]]) -> list[tuple[str, int, float]]:
+    cells: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for rows in runs:
+        for algo, size, seconds in rows:
+            cells[(algo, size)].append(seconds)
+    return [(algo, size, float(np.median(t))) for (algo, size), t in cells.items()
+            if len(t) == len(runs)]
 
 
 def main(paths: list[str]) -> None:
     """Print the table (see the module docstring)."""
-    print("| collective | ranks | placement | sizes within 5% | worst: auto / fastest "
-          "(size, fastest) | sweep: auto / best fixed (algo) | auto vs shm spread |")
-    print("|---|---|---|---|---|---|---|")
+    groups: dict[tuple[str, int], list[list[dict]]] = defaultdict(list)
     for path in paths:
         with open(path) as f:
             records = [r for r in json.load(f) if r["impl"] == "commflow"]
+        groups[(records[0]["collective"], records[0]["nranks"])].append(records)
+    print("| collective | ranks | placement | sizes within 5% | worst: auto / fastest "
+          "(size, fastest) | sweep: auto / best fixed (algo) | sweep: auto / shm |")
+    print("|---|---|---|---|---|---|---|")
+    for (collective, nranks), runs in groups.items():
         for inplace in (False, True):
-            rows = [(r["algo"], r["size"], r["time_us"]) for r in records
-                    if r["inplace"] == inplace]
-            versus = versus_fixed(rows)
+            rows = [[(r["algo"], r["size"], r["time_us"]) for r in records
+                     if r["inplace"] == inplace] for records in runs]
+            each = [versus_fixed(r) for r in rows]
+            versus = versus_fixed(_median(rows)) if len(rows) > 1 else each[0]
             worst = versus.worst()
-            ok = sum(v.ratio <= 1.05 for v in versus.sizes)
+            mine = versus.totals["auto"]
             total, best = min((t, n) for n, t in versus.totals.items() if n != "auto")
-            first = records[0]
-            mine = {(a, size): t for a, size, t in rows}
-            spread = max((max(mine[("auto", v.size)], mine[("shm", v.size)])
-                          / min(mine[("auto", v.size)], mine[("shm", v.size)])
-                          for v in versus.sizes if ("shm", v.size) in mine), default=1.0)
-            print(f"| {first['collective']} | {first['nranks']} | "
-                  f"{'in-place' if inplace else 'out-of-place'} | {ok} / {len(versus.sizes)} | "
-                  f"{worst.ratio:.2f} ({format_size(worst.size)}, {worst.best}) | "
-                  f"{versus.totals['auto'] / total:.2f} ({best}) | {spread:.2f} |")
+            shm = versus.totals.get("shm", float("nan"))
+            within = f"{_within(versus)} / {len(versus.sizes)}"
+            sweep_shm = f"{mine / shm:.2f}"
+            if len(rows) > 1:
+                within += f" (runs: {', '.join(str(_within(v)) for v in each)})"
+                sweep_shm += " (runs: " + ", ".join(
+                    f"{v.totals['auto'] / v.totals.get('shm', float('nan')):.2f}"
+                    for v in each) + ")"
+            print(f"| {collective} | {nranks} | {'in-place' if inplace else 'out-of-place'} | "
+                  f"{within} | {worst.ratio:.2f} ({format_size(worst.size)}, {worst.best}) | "
+                  f"{mine / total:.2f} ({best}) | {sweep_shm} |")
 
 
 if __name__ == "__main__":

@@ -25,12 +25,17 @@ def _tune(comm):
     best, seconds = halve(comm, Collective.ALLREDUCE, 4096, names[:2], iters=1)
     with pytest.raises(CommflowError, match="increasing sizes"):
         tune_live(comm, [4096, 1024])
-    return table.to_json(), names, (best, seconds)
+    # an incumbent stays unless the winner beats it by the margin (here: 99%, never)
+    kept = [halve(comm, Collective.ALLREDUCE, 4096, ["shm", "ring"], incumbent=name,
+                  margin=0.99)[0] for name in ("shm", "ring")]
+    kept.append(halve(comm, Collective.REDUCESCATTER, 4096, ["ring", "shm"], incumbent="ring",
+                      margin=0.99)[0])  # in place too: the output is this rank's block
+    return table.to_json(), names, (best, seconds), kept
 
 
 def test_every_rank_gets_the_same_table_of_measured_winners():
     results = run_world(_tune, 2, timeout=120.0)
-    texts = {text for text, _, _ in results}
+    texts = {text for text, _, _, _ in results}
     assert len(texts) == 1
     table = from_json(texts.pop())
     assert table.model == "live" and table.fingerprint.startswith("live:2ranks")
@@ -45,6 +50,7 @@ def test_every_rank_gets_the_same_table_of_measured_winners():
     best, seconds = results[0][2]
     assert best in names[:2] and seconds > 0
     assert {r[2] for r in results} == {(best, seconds)}
+    assert all(r[3] == ["shm", "ring", "ring"] for r in results)
     json.loads(table.to_json())
 
 
@@ -87,3 +93,54 @@ def test_ranks_run_the_tabled_algorithm(tmp_path):
         assert out == [2.0 * i for i in range(10)]
         assert chosen == "direct"
 
+
+
+def _variant_rule(comm, path):
+    import numpy as np
+
+    from commflow.tune.online import candidates, distinct
+
+    programs.use_tuning_table(path)
+    x = np.arange(1 << 18, dtype=np.float32) % 7 * (comm.rank + 1)  # 1 MiB
+    # rank 0 follows the table; rank 1 names the variant: one call, so the same signature
+    got = comm.allreduce(x, algo="auto" if comm.rank == 0 else "shm:segment=256K")
+    # 1 KiB: the variant cuts it as shm does, so auto takes the compiled path, as shm
+    comm.allreduce(x[:256])
+    comm.allgather(x)  # no rule for allgather: the built-in choice
+    names = candidates(comm, Collective.ALLREDUCE)
+    entries = json.loads(comm.dump_flight_record(f"{path}.{comm.rank}.flight").read_text())
+    return (got.tolist() == (x / (comm.rank + 1) * 3).tolist(), names,
+            distinct(names, Collective.ALLREDUCE, 1024, comm.size),
+            [e["algorithm"] for e in entries["entries"]])
+
+
+def test_auto_runs_the_fast_path_variant_a_table_names(tmp_path):
+    path = tmp_path / "table.json"
+    TuningTable(fingerprint="live:2ranks:2perhost", topology="t", model="live", rules=(
+        Rule(collective=Collective.ALLREDUCE, nranks=2, min_bytes=0, max_bytes=2**63 - 1,
+             algo="shm:segment=256K", time_us=1.0),)).save(path)
+    assert from_json(path.read_text()).lookup("allreduce", 2, 1 << 20) == "shm:segment=256K"
+    for exact, names, small, ran in run_world(_variant_rule, 2, str(path)):
+        assert exact
+        assert ran == ["shm:segment=256K", "shm", "shm"]
+        assert names[0] == "shm" and "shm:segment=1M" in names and "ring" in names
+        # at 1 KiB every variant is one-shot as shm is: timed once
+        assert [n for n in small if n.startswith("shm")] == ["shm"]
+    try:
+        programs.use_tuning_table(path)
+        assert programs.choose(Collective.ALLREDUCE, 2, 1 << 20, "auto",
+                               fast_path=True) == "shm:segment=256K"
+        assert programs.choose(Collective.ALLREDUCE, 2, 1 << 20, "auto") == "ring"
+        assert programs.choose(Collective.ALLREDUCE, 2, 1 << 20, "shm") == "shm"
+    finally:
+        programs.use_tuning_table(None)
+
+
+def test_a_table_naming_a_malformed_variant_is_refused(tmp_path):
+    path = tmp_path / "table.json"
+    TuningTable(fingerprint="f", topology="t", model="live", rules=(
+        Rule(collective=Collective.ALLREDUCE, nranks=2, min_bytes=0, max_bytes=10,
+             algo="shm:segments=1M", time_us=1.0),)).save(path)
+    with pytest.raises(CommflowError, match="segments=1M"):
+        programs.use_tuning_table(path)
+    programs.use_tuning_table(None)

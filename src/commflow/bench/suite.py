@@ -95,7 +95,7 @@ class BenchConfig:
                     check_program_file(name, coll, self.nranks, self.root)
                     continue
                 check_algorithm(coll, name)
-                if name not in ("auto", fastpath.NAME):
+                if name != "auto" and not fastpath.is_fast(name):
                     algorithms.build(coll, name, self.nranks)
             labels = [label(name) for name in self.algos]
             if len(set(labels)) < len(labels):

@@ -16,6 +16,7 @@ from commflow.runtime.errors import (
     CommTimeoutError,
     FlightRecordError,
 )
+from commflow.runtime.fastpath import Variant
 from commflow.runtime.flight import FlightConfig, FlightRecorder
 from commflow.runtime.init import DEFAULT_TIMEOUT, init
 from commflow.runtime.ops import OPS, dtype_of
@@ -42,6 +43,7 @@ __all__ = [
     "Handle",
     "Straggler",
     "StragglerConfig",
+    "Variant",
     "WorldSpec",
     "algorithm_names",
     "detect_world",

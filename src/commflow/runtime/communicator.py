@@ -92,6 +92,12 @@ class Communicator:
         return len(self.ranks)
 
     @property
+    def fast_path(self) -> bool:
+        """Whether the shared-memory fast path (``algo="shm"`` and its variants) runs here:
+        the world communicator of one host."""
+        return self._fast is not None
+
+    @property
     def local_rank(self) -> int:
         """Rank among this host's ranks."""
         return self.spec.local_rank
@@ -110,9 +116,13 @@ class Communicator:
                 and (algo == "auto" or algo == fastpath.NAME):
             if timeout is not None:
                 check_timeout(timeout, f"allreduce on rank {self.rank}")
-            result = self._lean.allreduce(x, op, out, timeout)
+            result = self._lean.allreduce(x, op, out, timeout, algo)
             if result is not None:
                 return result
+        if type(algo) is str and algo == "auto" and programs.tuned():
+            nbytes = getattr(x, "nbytes", None)
+            if nbytes is not None:  # the table's choice (a fast-path variant, an algorithm)
+                algo = self._tuned_allreduce(int(nbytes))
         a = as_numpy(x, "allreduce input")
         out = like(x, a.shape) if out is None else out
         b = self._output(out, a.shape, a.dtype, "allreduce")
@@ -125,6 +135,17 @@ class Communicator:
             return out
         return self._submit(Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,
                             async_op, timeout)
+
+    def _tuned_allreduce(self, nbytes: int) -> str:
+        """What ``auto`` runs for an allreduce of ``nbytes`` under the loaded tuning table: a
+        fast-path variant by the name it runs under (``shm`` where it cuts the call as the
+        defaults do), or an algorithm."""
+        name = programs.choose(Collective.ALLREDUCE, self.size, nbytes, "auto",
+                               fast_path=self.fast_path)
+        if name != fastpath.NAME and fastpath.is_fast(name):
+            return fastpath.effective(fastpath.variant(name), Collective.ALLREDUCE, nbytes,
+                                      self.size).name
+        return name
 
     def allgather(self, x, *, algo: str | Program = "auto", out=None, async_op: bool = False,
                   timeout: float | None = None):
@@ -418,11 +439,15 @@ class Communicator:
         nbytes = call.unit * dtype.itemsize
         name = programs.choose(coll, self.size, max(call.send.nbytes, call.recv.nbytes),
                                call.algo, fast_path=self._fast is not None)
+        fast = fastpath.is_fast(name)
+        if fast:  # named as it cuts this call (shm when as the defaults)
+            staged = nbytes * (self.size if coll is Collective.REDUCESCATTER else 1)
+            options = fastpath.effective(fastpath.variant(name), coll, staged, self.size)
+            name = options.name
         if entry is not None:
             self._flight.start(entry, name)
         root = call.root if coll in _ROOTED else None
         send, recv = flat(call.send), flat(call.recv)
-        fast = name == fastpath.NAME
         if (coll is not Collective.BROADCAST and not (fast and in_place(send, recv, self.rank))
                 and np.may_share_memory(send, recv)):
             send = send.copy()  # a program may read input it has already overwritten
@@ -433,7 +458,8 @@ class Communicator:
                 raise CommflowError(f"algo {name!r} runs only on the world communicator of "
                                     f"one host; use a program algorithm here")
             self._fast.run(coll, send, recv, call.unit, reduce, call.root, seq=seq,
-                           signature=signature, deadline=self._deadline(timeout))
+                           signature=signature, deadline=self._deadline(timeout),
+                           options=options)
         else:
             plan = programs.rank_plan(coll, name, self.size, root, self.rank, call.unit)
             what = f"{coll.value} #{seq} ({name}) on rank {self.rank}"

@@ -17,6 +17,14 @@ sequence number and signature: ranks that called different operations abort with
 Applies to the world communicator when all its ranks share one host. In-place calls need no
 copy of the input: a segment is staged before any of its output is written, and a rank writes
 only the part of its output that the staged segment covers.
+
+**Variants.** How a call is cut is a :class:`Variant`: the largest allreduce segment reduced
+one-shot (every rank reduces all of it), the bytes staged per round, and how long a waiting
+rank polls before it yields its CPU. ``shm`` runs the
+defaults; a variant is named ``shm:one_shot=1M:segment=4M`` (fields that differ from the
+defaults), which ``algo=`` accepts and a tuning table may name for ``auto`` per size, as NCCL's
+tuner picks a protocol and channel count per size. The name is part of the call's signature,
+so ranks that run different variants fail with ``CommMismatchError``.
 """
 
 from __future__ import annotations
@@ -24,14 +32,18 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, fields
+from functools import lru_cache
 
 import numpy as np
 
 from commflow.collectives import Collective
+from commflow.errors import AlgorithmError, CommflowError
 from commflow.runtime.errors import CommMismatchError, CommTimeoutError
 from commflow.runtime.ops import Reducer
 from commflow.runtime.protocol import Signature
-from commflow.runtime.transport.shm import ABORT_MISMATCH, ShmEndpoint
+from commflow.runtime.transport.shm import ABORT_MISMATCH, ShmEndpoint, ShmTransport
+from commflow.units import format_size, parse_size
 
 NAME = "shm"
 SEGMENT = int(os.environ.get("COMMFLOW_SHM_SEGMENT", 512 << 10))
@@ -40,10 +52,118 @@ read it (larger messages go through in several rounds)."""
 ONE_SHOT = 64 << 10
 """Allreduce segments up to this many bytes are reduced whole by every rank (one flag, no
 second pass), in rank order so every rank computes the same result."""
+SPIN = ShmTransport.YIELD_AFTER
+"""Polls before a waiting rank yields (the shared-memory transport's)."""
 COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER,
                Collective.BROADCAST)
 SUMMARY = ("shared staging buffers: copy in, reduce block r on rank r, copy out "
            "(two-shot RS+AG through memory); one host, world communicator")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How the fast path cuts a call (the defaults: :data:`ONE_SHOT`, :data:`SEGMENT`)."""
+
+    one_shot: int = ONE_SHOT
+    """Allreduce segments of at most this many bytes are reduced whole by every rank (one
+    flag); larger ones two-shot (reduce block r on rank r, a second flag, copy out). Two
+    ranks reduce every segment one-shot."""
+    segment: int = SEGMENT
+    """Bytes staged per round (at most half a rank's staging area is used)."""
+    spin: int = SPIN
+    """Polls of the peers' flags before a waiting rank yields its CPU between polls (then it
+    sleeps on its doorbell). Where the ranks outnumber the CPUs, 0 lets the peers it waits
+    for run sooner."""
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            least = 0 if field.name == "spin" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise CommflowError(f"fast path variant: {field.name} must be an integer >= "
+                                    f"{least}, got {value!r}")
+
+    @property
+    def name(self) -> str:
+        """``shm`` for the defaults, else ``shm:FIELD=SIZE:...`` with the fields that differ."""
+        default = Variant()
+        parts = [f"{f.name}={format_size(getattr(self, f.name))}" for f in fields(self)
+                 if getattr(self, f.name) != getattr(default, f.name)]
+        return ":".join([NAME, *parts])
+
+
+DEFAULT = Variant()
+"""The variant ``algo="shm"`` runs."""
+
+
+TUNED = (Variant(segment=256 << 10), Variant(segment=1 << 20), Variant(segment=2 << 20),
+         Variant(one_shot=256 << 10), Variant(one_shot=1 << 20), Variant(spin=0),
+         Variant(segment=1 << 20, spin=0), Variant(segment=2 << 20, spin=0),
+         Variant(one_shot=256 << 10, spin=0))
+"""The variants online tuning measures beside the defaults (:func:`variants`)."""
+
+
+def variants(collective: Collective) -> list[str]:
+    """The names of the fast path and its :data:`TUNED` variants for ``collective`` (the
+    one-shot threshold only for allreduce); ``[]`` when the fast path lacks it."""
+    if collective not in COLLECTIVES:
+        return []
+    found = [NAME]
+    for option in TUNED:
+        if collective is not Collective.ALLREDUCE:
+            option = Variant(segment=option.segment, spin=option.spin)
+        if option.name not in found:
+            found.append(option.name)
+    return found
+
+
+def is_fast(name: str) -> bool:
+    """Whether the algorithm ``name`` is the fast path or one of its variants."""
+    return name == NAME or name.startswith(NAME + ":")
+
+
+@lru_cache(maxsize=256)
+def variant(name: str) -> Variant:
+    """The :class:`Variant` an algorithm name of the fast path names (``shm``,
+    ``shm:segment=2M``, ...). Raises ``AlgorithmError`` for a malformed name or an unknown
+    field."""
+    head, *parts = name.split(":")
+    if head != NAME:
+        raise AlgorithmError(f"{name!r} is not a fast path name (shm or shm:FIELD=SIZE:...)")
+    known = {f.name for f in fields(Variant)}
+    values: dict[str, int] = {}
+    for part in parts:
+        key, sep, text = part.partition("=")
+        if not sep or key not in known or key in values:
+            raise AlgorithmError(
+                f"fast path variant {name!r}: {part!r} is not FIELD=SIZE with a field of "
+                f"{', '.join(sorted(known))} (each once)")
+        try:
+            values[key] = parse_size(text)
+        except CommflowError as error:
+            raise AlgorithmError(f"fast path variant {name!r}: {error}") from None
+    try:
+        return Variant(**values)
+    except CommflowError as error:
+        raise AlgorithmError(str(error)) from None
+
+
+@lru_cache(maxsize=1024)
+def effective(options: Variant, collective: Collective, staged: int, nranks: int) -> Variant:
+    """``options`` with the fields that do not change how a call is cut set to the defaults,
+    for a call that stages ``staged`` bytes per rank (reduce-scatter: its whole input): a
+    variant that runs a call as ``shm`` would is named ``shm`` for it (the same signature,
+    and the compiled small-message path for small allreduces, which waits its own way)."""
+    one_shot, segment = options.one_shot, options.segment
+    if collective is Collective.ALLREDUCE and staged <= min(one_shot, ONE_SHOT):
+        return DEFAULT  # one-shot either way
+    if staged <= min(segment, SEGMENT):
+        segment = SEGMENT  # one segment either way
+    if collective is not Collective.ALLREDUCE or nranks <= 2 and staged > max(one_shot, ONE_SHOT):
+        one_shot = ONE_SHOT  # no one-shot call either way; two ranks reduce every segment so
+    if (one_shot, segment) == (options.one_shot, options.segment):
+        return options
+    return Variant(one_shot, segment, options.spin)
 
 
 class SharedBufferPaths:
@@ -60,19 +180,22 @@ class SharedBufferPaths:
 
     def run(self, collective: Collective, send: np.ndarray, recv: np.ndarray, unit: int,
             reduce: Reducer, root: int, *, seq: int, signature: Signature,
-            deadline: float) -> None:
-        """Run ``collective`` on flat arrays (shapes as the communicator passes them)."""
-        if collective is Collective.ALLREDUCE and 0 < unit * send.dtype.itemsize <= ONE_SHOT:
-            self.small_allreduce(send, recv, reduce, seq, signature, deadline)
-            return
+            deadline: float, options: Variant = DEFAULT) -> None:
+        """Run ``collective`` on flat arrays (shapes as the communicator passes them), cut as
+        ``options`` says."""
         endpoint = self.endpoint_factory(seq, signature, send.dtype)
         host = endpoint.t.host
         half_bytes = host.layout.stage_bytes // 2
+        one_shot = min(options.one_shot, half_bytes)
+        if collective is Collective.ALLREDUCE and 0 < unit * send.dtype.itemsize <= one_shot:
+            self.small_allreduce(send, recv, reduce, seq, signature, deadline, endpoint,
+                                 options.spin)
+            return
         n, me = self.n, self.me
         others = [r for r in range(n) if r != me]
         per_stage = n if collective is Collective.REDUCESCATTER else 1
-        seg = max(1, min(half_bytes, SEGMENT) // send.dtype.itemsize // per_stage)
-        wait = lambda: self.phase(endpoint, seq, signature, deadline)  # noqa: E731
+        seg = max(1, min(half_bytes, options.segment) // send.dtype.itemsize // per_stage)
+        wait = lambda: self.phase(endpoint, seq, signature, deadline, options.spin)  # noqa: E731
         for lo in range(0, max(unit, 1), seg):
             hi = min(unit, lo + seg)
             m = hi - lo
@@ -84,7 +207,7 @@ class SharedBufferPaths:
                 mine[:m] = send[lo:hi]
                 wait()
                 reduce(stages[0][:m], stages[1][:m], recv[lo:hi])  # in rank order
-            elif collective is Collective.ALLREDUCE and m * send.dtype.itemsize <= ONE_SHOT:
+            elif collective is Collective.ALLREDUCE and m * send.dtype.itemsize <= one_shot:
                 mine[:m] = send[lo:hi]
                 wait()
                 out = recv[lo:hi]
@@ -124,18 +247,20 @@ class SharedBufferPaths:
                     recv[lo:hi] = stages[root][:m]
 
     def small_allreduce(self, send: np.ndarray, recv: np.ndarray, reduce: Reducer, seq: int,
-                        signature: Signature, deadline: float) -> None:
-        """One-shot allreduce of ``send`` (flat, at most :data:`ONE_SHOT` bytes) into
+                        signature: Signature, deadline: float,
+                        endpoint: ShmEndpoint | None = None, spin: int = SPIN) -> None:
+        """One-shot allreduce of ``send`` (flat, at most half a staging area) into
         ``recv``, reduced from the staged copies in rank order, as the compiled path
         (:mod:`commflow.runtime.lean`) does: every rank gets the same bits whichever path it
         takes (``minimum(0.0, -0.0)`` is not ``minimum(-0.0, 0.0)``)."""
         unit = len(send)
-        endpoint = self.endpoint_factory(seq, signature, send.dtype)
+        if endpoint is None:
+            endpoint = self.endpoint_factory(seq, signature, send.dtype)
         host = endpoint.t.host
         stages = self._stages(host, self.segments & 1, host.layout.stage_bytes // 2, send.dtype)
         self.segments += 1
         stages[self.me][:unit] = send
-        self.phase(endpoint, seq, signature, deadline)
+        self.phase(endpoint, seq, signature, deadline, spin)
         if self.n == 1:
             recv[...] = stages[0][:unit]
             return
@@ -154,8 +279,9 @@ class SharedBufferPaths:
         return views
 
     def phase(self, endpoint: ShmEndpoint, seq: int, signature: Signature,
-               deadline: float) -> None:
-        """Raise this rank's flag to the next epoch and wait for every rank's."""
+              deadline: float, spin: int = SPIN) -> None:
+        """Raise this rank's flag to the next epoch and wait for every rank's (polling
+        ``spin`` times before yielding the CPU)."""
         host = endpoint.t.host
         self.epoch += 1
         digest = signature.digest & 0x7FFF_FFFF_FFFF_FFFF
@@ -188,4 +314,4 @@ class SharedBufferPaths:
                         f"{signature.collective} #{seq} (shm) on rank {self.me}: timed out "
                         f"waiting for ranks {pending}", op=signature.collective, seq=seq,
                         peers=tuple(pending))
-                endpoint.idle(rounds, deadline)
+                endpoint.idle(rounds, deadline, spin)

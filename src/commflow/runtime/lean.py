@@ -33,7 +33,7 @@ import numpy as np
 
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
-from commflow.runtime import fastpath
+from commflow.runtime import fastpath, programs
 from commflow.runtime.errors import CommMismatchError, CommTimeoutError
 from commflow.runtime.ops import finish, reducer
 from commflow.runtime.protocol import Signature
@@ -102,25 +102,28 @@ class LeanPath:
         self._spin = _SPIN_SHARED if shared else _SPIN
         self._polls = YIELDS // _POLL_YIELDS if shared else 0
         self._plans: dict[tuple, tuple | None] = {}
-        self._dtype = self._op = self._nbytes = self._last = None
+        self._dtype = self._op = self._nbytes = self._last = self._algo = None
+        self._generation = -1
         self._barrier_kernel = self._barrier_poll = self._barrier_constants = None
         self._barrier_ctx = 0
 
     # -- allreduce --------------------------------------------------------------------------
-    def allreduce(self, x, op: str, out, timeout: float | None):
-        """Run ``allreduce(x, op, out=out)`` and return its result, or ``None`` when the call
-        is not for this path (the caller then takes the general one, which also raises for
-        bad arguments). The kernel's own dispatch checks the arrays: it is compiled only for
-        writable, C-contiguous 1-D arrays of one dtype."""
+    def allreduce(self, x, op: str, out, timeout: float | None, algo: str = _NAME):
+        """Run ``allreduce(x, op, out=out, algo=algo)`` (``shm`` or ``auto``) and return its
+        result, or ``None`` when the call is not for this path (the caller then takes the
+        general one, which also raises for bad arguments; ``auto`` where a loaded tuning
+        table chooses otherwise). The kernel's own dispatch checks the arrays: it is
+        compiled only for writable, C-contiguous 1-D arrays of one dtype."""
         try:
             dtype = x.dtype
             nbytes = x.nbytes
         except AttributeError:  # not an array: the general path says so
             return None
-        if dtype is self._dtype and nbytes == self._nbytes and op == self._op:
+        if dtype is self._dtype and nbytes == self._nbytes and op == self._op \
+                and algo is self._algo and programs.generation == self._generation:
             plan = self._last
         else:
-            plan = self._lookup(dtype, op, nbytes)
+            plan = self._lookup(dtype, op, nbytes, algo)
             if plan is None:
                 return None
         if out is None:
@@ -140,7 +143,7 @@ class LeanPath:
             if x.ndim == 1 or x.shape != out.shape or not out.flags.c_contiguous \
                     or not x.flags.c_contiguous:
                 return None
-            done = self.allreduce(x.reshape(-1), op, out.reshape(-1), timeout)
+            done = self.allreduce(x.reshape(-1), op, out.reshape(-1), timeout, algo)
             return None if done is None else out
         if status < 0:  # sizes differ
             return None
@@ -155,15 +158,26 @@ class LeanPath:
             finish(op, out, self._n)
         return out
 
-    def _lookup(self, dtype, op: str, nbytes: int) -> tuple | None:
-        """The plan for ``(dtype, op, nbytes)`` (made on first use), remembered as the last."""
+    def _lookup(self, dtype, op: str, nbytes: int, algo: str) -> tuple | None:
+        """The plan for ``(dtype, op, nbytes, algo)`` under the current tuning table (made on
+        first use), remembered as the last; ``None`` when ``auto`` runs something else."""
+        if algo != _NAME and programs.tuned() and not self._follows(nbytes):
+            return None
         key = (dtype, op, nbytes)
         plan = self._plans.get(key, False)
         if plan is False:
             plan = self._plans[key] = self._plan(dtype, op, nbytes)
         if plan is not None:
             self._dtype, self._op, self._nbytes, self._last = dtype, op, nbytes, plan
+            self._algo, self._generation = algo, programs.generation
         return plan
+
+    def _follows(self, nbytes: int) -> bool:
+        """Whether ``auto`` runs an allreduce of ``nbytes`` as ``shm`` under the loaded
+        tuning table (:func:`~commflow.runtime.programs.choose` remembers its choices)."""
+        name = programs.choose(Collective.ALLREDUCE, self._n, nbytes, "auto", fast_path=True)
+        return fastpath.is_fast(name) and fastpath.effective(
+            fastpath.variant(name), Collective.ALLREDUCE, nbytes, self._n) == fastpath.DEFAULT
 
     def _plan(self, dtype: np.dtype, op: str, nbytes: int) -> tuple | None:
         """``(allreduce kernel, completion kernel, address of the constants, their array,

@@ -49,22 +49,44 @@ _AUTO = {
 TABLE_ENV = "COMMFLOW_TUNING_TABLE"
 """Environment variable naming a tuning table (JSON) that ``auto`` follows."""
 _table: list[TuningTable | None] = []
+generation = 0
+"""Counts the tables ``auto`` has followed in this process (0: none yet), so that callers
+may cache what they chose under one table."""
+
+
+def tuned() -> bool:
+    """Whether ``auto`` follows a tuning table in this process."""
+    return _active_table() is not None
 
 
 def use_tuning_table(table: TuningTable | str | os.PathLike | None) -> None:
     """Make ``auto`` follow ``table`` (a table or its JSON file; ``None``: none) in this
     process. Every rank must use the same table: ranks that pick different algorithms fail
     the wire protocol's signature check. Without a call, ``auto`` loads the file named by
-    ``COMMFLOW_TUNING_TABLE`` on first use. Raises ``CommflowError`` for a malformed file."""
+    ``COMMFLOW_TUNING_TABLE`` on first use. Raises ``CommflowError`` for a malformed file,
+    ``AlgorithmError`` for a malformed fast-path variant name
+    (:func:`commflow.runtime.fastpath.variant`)."""
+    global generation
     if isinstance(table, str | os.PathLike):
         table = load_table(table)
-    _table[:] = [table]
+    _table[:] = [_checked(table)]
+    generation += 1
+
+
+def _checked(table: TuningTable | None) -> TuningTable | None:
+    """``table`` once every fast-path variant it names parses (``AlgorithmError`` else)."""
+    for rule in () if table is None else table.rules:
+        if fastpath.is_fast(rule.algo):
+            fastpath.variant(rule.algo)
+    return table
 
 
 def _active_table() -> TuningTable | None:
+    global generation
     if not _table:
         path = os.environ.get(TABLE_ENV)
-        _table.append(load_table(path) if path else None)
+        _table.append(_checked(load_table(path)) if path else None)
+        generation += 1
     return _table[0]
 
 
@@ -73,16 +95,32 @@ def choose(
 ) -> str:
     """The algorithm to run: ``algo`` itself unless it is ``"auto"``; then the tuning table's
     rule for the collective, rank count and size when one is loaded and covers it
-    (:func:`use_tuning_table`; a fast-path rule only where the fast path applies); else the
+    (:func:`use_tuning_table`; a rule for the fast path or a variant of it only where the fast
+    path applies); else the
     shared-memory fast path where it applies (``fast_path``: one host, world communicator; it
     was fastest or level at every size in ``commflow bench --algo all``, see
     docs/benchmarks.md), else a log-step algorithm below :data:`SMALL` bytes and a
     bandwidth-optimal one above."""
     if algo != "auto":
         return algo
+    key = (collective, nranks, nbytes, fast_path, generation)
+    chosen = _chosen.get(key)
+    if chosen is None:
+        chosen = _choose(collective, nranks, nbytes, fast_path)
+        if len(_chosen) > 4096:
+            _chosen.clear()
+        _chosen[(collective, nranks, nbytes, fast_path, generation)] = chosen
+    return chosen
+
+
+_chosen: dict[tuple, str] = {}
+"""What ``auto`` chose per call shape and table generation (a table has many rules)."""
+
+
+def _choose(collective: Collective, nranks: int, nbytes: int, fast_path: bool) -> str:
     table = _active_table()
     tuned = None if table is None else table.lookup(collective, nranks, nbytes)
-    if tuned is not None and (tuned != fastpath.NAME or fast_path):
+    if tuned is not None and (fast_path or not fastpath.is_fast(tuned)):
         return tuned
     if fast_path and collective in fastpath.COLLECTIVES:
         return fastpath.NAME
@@ -183,9 +221,10 @@ def rank_plan(
 
 
 def check_algorithm(collective: Collective, name: str) -> None:
-    """Raise ``AlgorithmError`` unless ``name`` is ``auto``, a fast path for ``collective`` or
-    registered for it."""
-    if name == fastpath.NAME:
+    """Raise ``AlgorithmError`` unless ``name`` is ``auto``, a fast path (or a variant of it,
+    :func:`commflow.runtime.fastpath.variant`) for ``collective`` or registered for it."""
+    if fastpath.is_fast(name):
+        fastpath.variant(name)
         if collective not in fastpath.COLLECTIVES:
             raise AlgorithmError(
                 f"fast path {name!r} has no {collective.value}; it covers "

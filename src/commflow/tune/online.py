@@ -2,16 +2,24 @@
 
 For each collective and size, every algorithm the runtime can run on this communicator is
 timed by successive halving (Jamieson and Talwalkar 2016): each round times the surviving
-candidates ``iters`` times (every call after a barrier; a call's time is the slowest rank's,
-so every rank sees the same numbers and keeps the same half), then the number of calls
-doubles, until one is left or the time budget is spent (then the fastest so far wins). Runs
-of sizes with the same winner become one rule of a :class:`~commflow.tuning_table.TuningTable`
-(``model="live"``, keyed by :func:`live_fingerprint`), which ``auto`` follows once loaded
+candidates ``iters`` times (a call out of place plus one in place, each after a barrier;
+the time is the slowest rank's, so every rank sees the same numbers and keeps the same
+half), then the number of calls doubles, until one is left or the time budget is spent
+(then the fastest so far wins). Runs of sizes with the same winner become one rule of a
+:class:`~commflow.tuning_table.TuningTable` (``model="live"``, keyed by
+:func:`live_fingerprint`), which ``auto`` follows once loaded
 (:func:`commflow.runtime.use_tuning_table`, or ``COMMFLOW_TUNING_TABLE``).
+
+Where the fast path runs, its variants are candidates too (a rule may name
+``shm:segment=1M``): ``auto`` then runs the fast path cut that way at those sizes, while
+``algo="shm"`` keeps the defaults. Variants that cut a size as another candidate does are
+timed once (:func:`distinct`), and a winner replaces ``shm`` only when it is more than
+:data:`MARGIN` faster in a final round against it.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -32,66 +40,134 @@ def live_fingerprint(comm) -> str:
 
 def candidates(comm, collective: Collective) -> list[str]:
     """The algorithms the runtime can run for ``collective`` on ``comm``'s ranks (those that
-    do not apply to its rank count left out)."""
+    do not apply to its rank count left out): where the fast path runs, ``shm`` and its
+    tuned variants (:func:`commflow.runtime.fastpath.variants`: segment size, one-shot
+    threshold), as NCCL's tuner ranks protocols and channel counts; then the registered
+    programs."""
     from commflow import algorithms
-    from commflow.runtime import programs
+    from commflow.runtime import fastpath, programs
 
-    found = []
+    found = fastpath.variants(collective) if getattr(comm, "fast_path", False) else []
     for name in programs.names(collective):
-        if name == "auto":
+        if name == "auto" or fastpath.is_fast(name):
             continue
-        if name != programs.fastpath.NAME:
-            try:
-                algorithms.build(collective, name, comm.size)
-            except AlgorithmError:
-                continue
+        try:
+            algorithms.build(collective, name, comm.size)
+        except AlgorithmError:
+            continue
         found.append(name)
     return found
 
 
-def _call(comm, collective: Collective, x: np.ndarray, algo: str) -> None:
+def distinct(names: Sequence[str], collective: Collective, size: int,
+             nranks: int) -> list[str]:
+    """``names`` without the fast-path variants that cut a ``size``-byte call as an earlier
+    name does (:func:`commflow.runtime.fastpath.effective`; each kept under its name)."""
+    from commflow.runtime import fastpath
+
+    staged = _count(collective, size, nranks) * 4  # a rank's float32 input, all staged
+    seen, kept = set(), []
+    for name in names:
+        key = fastpath.effective(fastpath.variant(name), collective, staged, nranks).name \
+            if fastpath.is_fast(name) else name
+        if key not in seen:
+            seen.add(key)
+            kept.append(name)
+    return kept
+
+
+def _count(collective: Collective, size: int, nranks: int) -> int:
+    """float32 elements of one rank's input for a ``size``-byte call (nccl-tests sizes)."""
+    elements = max(1, size // 4)
+    return {Collective.ALLGATHER: max(1, elements // nranks),
+            Collective.REDUCESCATTER: max(1, elements // nranks) * nranks}.get(collective,
+                                                                                elements)
+
+
+def _call(comm, collective: Collective, x: np.ndarray, algo: str,
+          buf: np.ndarray | None) -> None:
+    """One call out of place, on ``x``, or in place, on ``buf`` (``None``: out of place):
+    allgather's input is this rank's block of ``buf``, reduce-scatter's output is."""
     if collective is Collective.ALLREDUCE:
-        comm.allreduce(x, algo=algo)
+        out = buf
+        comm.allreduce(x if buf is None else buf, algo=algo, out=out)
     elif collective is Collective.ALLGATHER:
-        comm.allgather(x, algo=algo)
+        block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
+        comm.allgather(x if buf is None else buf[block], algo=algo, out=buf)
     elif collective is Collective.REDUCESCATTER:
-        comm.reduce_scatter(x, algo=algo)
+        m = len(x) // comm.size
+        out = None if buf is None else buf[comm.rank * m:(comm.rank + 1) * m]
+        comm.reduce_scatter(x if buf is None else buf, algo=algo, out=out)
     else:
         raise CommflowError(f"online tuning covers allreduce, allgather and reducescatter, not "
                             f"{collective.value}")
 
 
-def _time(comm, collective: Collective, x: np.ndarray, algo: str, iters: int) -> float:
-    """Median over ``iters`` calls of the slowest rank's seconds."""
-    times = np.empty(iters)
+def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
+          iters: int) -> dict[str, float]:
+    """Median over ``iters`` samples of the slowest rank's seconds, per name; a sample is
+    one call out of place plus one in place (a rule serves both, and a program run in place
+    copies its input first). The names take turns sample by sample, so a change in the
+    machine's load reaches all of them alike."""
+    buf = np.empty(len(x) * (comm.size if collective is Collective.ALLGATHER else 1), x.dtype)
+    block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
+    mine = buf[block] if collective is Collective.ALLGATHER else buf
+    times = np.zeros((len(names), iters))
     for i in range(iters):
-        comm.barrier()
-        start = time.perf_counter()
-        _call(comm, collective, x, algo)
-        times[i] = time.perf_counter() - start
+        for j, name in enumerate(names):
+            for inplace in (None, buf):
+                mine[...] = x
+                comm.barrier()
+                start = time.perf_counter()
+                _call(comm, collective, x, name, inplace)
+                times[j, i] += time.perf_counter() - start
     slowest = comm.allreduce(times, op="max")
-    return float(np.median(slowest))
+    return {name: float(np.median(row)) for name, row in zip(names, slowest, strict=True)}
+
+
+MAX_ITERS = 64
+"""Most calls per candidate in the first round of :func:`halve`."""
+FINAL_CALLS = 16
+"""Fewest calls of each in the final round of :func:`halve` against the incumbent."""
+MARGIN = 0.03
+"""How much faster than the incumbent (``shm`` where the fast path runs) a winner must be in
+a final head-to-head round of :func:`halve` to replace it: a rule that only follows a
+noisy round would make ``auto`` slower than the default it replaces."""
 
 
 def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
-          iters: int = 3, deadline: float = float("inf")) -> tuple[str, float]:
+          iters: int = 3, deadline: float = float("inf"), incumbent: str | None = None,
+          margin: float = MARGIN) -> tuple[str, float]:
     """The fastest of ``names`` for a ``size``-byte ``collective`` (nccl-tests convention)
-    by successive halving, and its median seconds. Every rank returns the same."""
-    elements = max(1, size // 4)
-    n = comm.size
-    count = {Collective.ALLREDUCE: elements, Collective.ALLGATHER: max(1, elements // n),
-             Collective.REDUCESCATTER: max(1, elements // n) * n}.get(collective, elements)
+    by successive halving, and its median seconds. Every rank returns the same.
+
+    The first round times every name ``iters`` times, or more (up to :data:`MAX_ITERS`)
+    when a warm-up call of each says that the rounds fit before ``deadline`` (every round
+    costs about the same: half the names, twice the calls). With an ``incumbent`` (one of
+    ``names``), the winner then runs against it, call by call, as many calls as the last
+    round made (at least :data:`FINAL_CALLS`), and replaces it only when more than
+    ``margin`` faster there."""
+    count = _count(collective, size, comm.size)
     x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
-    alive, rounds = list(names), iters
-    timed = {name: _time(comm, collective, x, name, 1) for name in alive}  # warm-up
+    alive = list(names)
+    timed = _time(comm, collective, x, alive, 1)  # warm-up
+    left = comm.allreduce(np.array([deadline - time.monotonic()]), op="min")[0]
+    rounds_left = max(1, math.ceil(math.log2(len(alive))))
+    fits = left / (sum(timed.values()) * rounds_left * 1.5)  # 1.5: barriers, stragglers
+    rounds = int(min(MAX_ITERS, max(iters, fits))) if math.isfinite(fits) else iters
     while len(alive) > 1:
-        timed = {name: _time(comm, collective, x, name, rounds) for name in alive}
+        timed = _time(comm, collective, x, alive, rounds)
         alive = sorted(alive, key=lambda n: (timed[n], n))[: max(1, len(alive) // 2)]
         rounds *= 2
         over = comm.allreduce(np.array([float(time.monotonic() > deadline)]), op="max")[0]
         if over:
             break
     best = min(alive, key=lambda n: (timed[n], n))
+    if incumbent is not None and incumbent != best:
+        final = _time(comm, collective, x, [best, incumbent], max(FINAL_CALLS, rounds // 2))
+        if final[best] >= final[incumbent] * (1 - margin):
+            best = incumbent
+        return best, final[best]
     return best, timed[best]
 
 
@@ -108,6 +184,8 @@ def tune_live(comm, sizes: Sequence[int], *,
     sizes = [int(s) for s in sizes]
     if not sizes or sizes != sorted(set(sizes)) or sizes[0] < 1:
         raise CommflowError(f"online tuning needs increasing sizes >= 1 byte, got {sizes}")
+    from commflow.runtime import fastpath
+
     kinds = [parse_collective(c) for c in collectives]
     deadline = time.monotonic() + budget
     per_case = budget / (len(kinds) * len(sizes))
@@ -117,7 +195,9 @@ def tune_live(comm, sizes: Sequence[int], *,
         winners = []
         for size in sizes:
             case_deadline = min(deadline, time.monotonic() + per_case)
-            winners.append(halve(comm, kind, size, names, iters=iters, deadline=case_deadline))
+            winners.append(halve(comm, kind, size, distinct(names, kind, size, comm.size),
+                                 iters=iters, deadline=case_deadline,
+                                 incumbent=fastpath.NAME if fastpath.NAME in names else None))
         rules += _rules(kind, comm.size, sizes, winners)
     return TuningTable(fingerprint=live_fingerprint(comm), topology=f"live {comm.size} ranks",
                        model="live", rules=tuple(rules))

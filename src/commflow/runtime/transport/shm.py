@@ -162,13 +162,14 @@ class ShmEndpoint:
         return self._opened(_ShmRecv(self, self.t.local[self.members[peer]], channel,
                                      elements * self.dtype.itemsize, sink))
 
-    def idle(self, rounds: int, deadline: float) -> None:
-        """Spin, then yield, then sleep on the doorbell in short slices."""
+    def idle(self, rounds: int, deadline: float, spin: int | None = None) -> None:
+        """Spin (``spin`` rounds; default :attr:`ShmTransport.YIELD_AFTER`), then yield the
+        CPU between rounds, then sleep on the doorbell in short slices."""
         host = self.t.host
         if host.aborted():
             self.raise_abort()
         if rounds < self.t.SPIN_ROUNDS:
-            if rounds > self.t.YIELD_AFTER:
+            if rounds > (self.t.YIELD_AFTER if spin is None else spin):
                 os.sched_yield()
             return
         bell = host.bells[host.me]

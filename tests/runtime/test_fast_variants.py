@@ -1,0 +1,131 @@
+"""The fast path's variants (segment size, one-shot threshold): names, what they cut alike,
+exact results on real ranks, and the signature check between ranks that run different ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from commflow.collectives import Collective
+from commflow.errors import AlgorithmError
+from commflow.runtime import fastpath
+from commflow.runtime.errors import CommMismatchError
+from commflow.runtime.fastpath import ONE_SHOT, SEGMENT, Variant, effective, variant
+
+from .harness import run_world
+
+# Tiny segments and thresholds, so that small arrays cross every boundary: several segments,
+# a one-shot first segment and a two-shot one, a call one-shot whole above the default.
+VARIANTS = ("shm", "shm:segment=4K", "shm:segment=1K:one_shot=2K", "shm:one_shot=512K",
+            "shm:segment=8K:one_shot=4K:spin=0")
+COUNTS = (1, 777, 5000, 70_001)
+
+
+def test_names_round_trip_and_drop_defaults():
+    v = variant("shm:segment=2M:one_shot=1M")
+    assert v == Variant(one_shot=1 << 20, segment=2 << 20)
+    assert v.name == "shm:one_shot=1M:segment=2M"
+    assert variant(v.name) == v
+    assert variant("shm").name == "shm" and variant(f"shm:segment={SEGMENT}") == fastpath.DEFAULT
+    assert Variant(segment=1000).name == "shm:segment=1000"
+    assert variant("shm:spin=0:segment=1M").name == "shm:segment=1M:spin=0"
+    for bad in ("shm:foo=1K", "shm:segment", "shm:segment=0", "shm:segment=1K:segment=2K",
+                "shmx", "shm:one_shot=-4"):
+        with pytest.raises(AlgorithmError):
+            variant(bad)
+
+
+def test_effective_names_a_call_by_how_it_is_cut():
+    AR, AG, RS = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER
+    big = Variant(one_shot=1 << 20, segment=2 << 20)
+    # one-shot whole under both: the defaults (the compiled small-message path)
+    assert effective(big, AR, ONE_SHOT, 4) is fastpath.DEFAULT
+    # one segment under both: the segment does not count; the threshold does (4 ranks)
+    assert effective(big, AR, 256 << 10, 4) == Variant(one_shot=1 << 20)
+    # the threshold counts only for allreduce, and on two ranks only when it covers the call
+    assert effective(big, AG, 4 << 20, 4) == Variant(segment=2 << 20)
+    assert effective(big, RS, 256 << 10, 2) == fastpath.DEFAULT
+    assert effective(big, AR, 4 << 20, 2) == Variant(segment=2 << 20)
+    assert effective(Variant(one_shot=1 << 20), AR, 1 << 20, 2) == Variant(one_shot=1 << 20)
+    assert effective(big, AR, 4 << 20, 4) == big
+    # how a rank waits is kept, but not on the compiled path of small allreduces
+    assert effective(Variant(spin=0), AG, 16, 4) == Variant(spin=0)
+    assert effective(Variant(spin=0), AR, 16, 4) == fastpath.DEFAULT
+
+
+def test_variants_to_tune_are_distinct_and_apply():
+    ar = fastpath.variants(Collective.ALLREDUCE)
+    ag = fastpath.variants(Collective.ALLGATHER)
+    assert ar[0] == ag[0] == "shm" and len(set(ar)) == len(ar) and len(set(ag)) == len(ag)
+    assert any("one_shot" in n for n in ar) and not any("one_shot" in n for n in ag)
+    assert set(ag) < set(ar)
+    assert fastpath.variants(Collective.ALLTOALL) == []
+
+
+def _reference(inputs: list[np.ndarray]) -> np.ndarray:
+    acc = inputs[0].copy()
+    for a in inputs[1:]:
+        acc = np.add(acc, a, dtype=acc.dtype)
+    return acc
+
+
+def _exact(comm):
+    n, r = comm.size, comm.rank
+    wrong = []
+    for name in VARIANTS:
+        for count in COUNTS:
+            for dtype in (np.float32, np.int64, np.float64):
+                inputs = [np.random.default_rng(100 * q + count).integers(-9, 10, count * n)
+                          .astype(dtype) for q in range(n)]
+                total = _reference(inputs)
+                mine = inputs[r]
+                block = slice(r * count, (r + 1) * count)
+                got = {
+                    "allreduce": comm.allreduce(mine, algo=name),
+                    "allreduce in place": _in_place_allreduce(comm, mine, name),
+                    "reduce_scatter": comm.reduce_scatter(mine, algo=name),
+                    "allgather": comm.allgather(mine[:count], algo=name),
+                    "broadcast": comm.broadcast(mine.copy(), n - 1, algo=name),
+                }
+                want = {"allreduce": total, "allreduce in place": total,
+                        "reduce_scatter": total[block],
+                        "allgather": np.concatenate([a[:count] for a in inputs]),
+                        "broadcast": inputs[n - 1]}
+                for what, result in got.items():
+                    if not (result.dtype == want[what].dtype
+                            and np.array_equal(result, want[what])):
+                        wrong.append(f"{name} {what} {np.dtype(dtype)} count={count}")
+        # arbitrary floats: every rank gets the same bits
+        floats = np.random.default_rng(r).standard_normal(70_001).astype(np.float32)
+        everyone = comm.allgather(comm.allreduce(floats, algo=name)).reshape(n, -1)
+        if not all(np.array_equal(everyone[0].view(np.uint32), row.view(np.uint32))
+                   for row in everyone):
+            wrong.append(f"{name}: ranks differ in the bits of a float32 sum")
+    return wrong
+
+
+def _in_place_allreduce(comm, mine: np.ndarray, name: str) -> np.ndarray:
+    buf = mine.copy()
+    comm.allreduce(buf, algo=name, out=buf)
+    return buf
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_every_variant_is_exact_on_every_rank(nranks):
+    results = run_world(_exact, nranks, timeout=120)
+    failures = [f for per_rank in results for f in per_rank]
+    assert not failures, "\n".join(failures[:20])
+
+
+def _mixed(comm, size: int):
+    name = "shm" if comm.rank == 0 else "shm:one_shot=1M"
+    comm.allreduce(np.ones(size // 4, np.float32), algo=name)
+
+
+def test_ranks_that_cut_a_call_differently_fail_with_a_mismatch():
+    # 256 KiB: two-shot by default, one-shot under the variant
+    results = run_world(_mixed, 3, 256 << 10, expect_failure=True, timeout=20)
+    assert all(not ok for ok, _ in results)
+    assert any(CommMismatchError.__name__ in text for _, text in results)
+    # 4 KiB: one-shot under both, so the same call
+    assert run_world(_mixed, 3, 4 << 10, timeout=20) == [None] * 3

@@ -6,7 +6,8 @@ links (each rank its own host).
     commflow cluster down
 
 Every case: one untimed, then ``--iters`` timed calls, each after a barrier, timed as the
-slowest rank's. Rank 0 prints the median (ms), its speed-up over float32, the bytes each rank
+slowest rank's. Rank 0 prints the median (ms), its speed-up over float32 (the ``out=`` cases,
+which write into a buffer the caller keeps, over float32 with ``out=``), the bytes each rank
 sent and the relative error against the float32 sum. Inputs: normal float32 values; the
 block-sparse case keeps 1% of its 256-element blocks non-zero on each rank.
 """
@@ -33,8 +34,12 @@ def _sparse(rank: int, n: int) -> np.ndarray:
 
 
 def _cases(comm, x: np.ndarray, sparse: np.ndarray) -> dict:
-    cases = {"float32": lambda: (comm.allreduce(x), None)}
+    into = np.empty_like(x)
+    cases = {"float32": lambda: (comm.allreduce(x), None),
+             "float32 (out=)": lambda: (comm.allreduce(x, out=into), None),
+             "int8 (out=)": lambda: quantized_allreduce(comm, x, codec=Codec(), out=into)}
     cases["int8 (1 piece)"] = lambda: quantized_allreduce(comm, x, codec=Codec(), pieces=1)
+    cases["int8 (2 pieces)"] = lambda: quantized_allreduce(comm, x, codec=Codec(), pieces=2)
     for name in ("bf16", "int8", "int4"):
         cases[name] = lambda c=Codec(name=name): quantized_allreduce(comm, x, codec=c)
     cases["top-1%"] = lambda: topk_allreduce(comm, x, k=x.size // 100)
@@ -51,6 +56,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16M,64M")
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--cases", default="",
+                        help="only these cases, comma-separated (default: all)")
     args = parser.parse_args()
     comm = commflow.runtime.init()
     if comm.rank == 0:
@@ -64,7 +71,10 @@ def main() -> None:
         sparse = _sparse(comm.rank, n)
         exact = {"dense": comm.allreduce(x), "sparse": comm.allreduce(sparse)}
         base = {}
+        only = set(args.cases.split(",")) - {""}
         for name, call in _cases(comm, x, sparse).items():
+            if only and name not in only:
+                continue
             call()
             times = []
             for _ in range(args.iters):
@@ -75,7 +85,7 @@ def main() -> None:
             median = float(np.median(times))
             ref = exact["sparse" if "blocks" in name else "dense"]
             err = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
-            key = "sparse" if "blocks" in name else "dense"
+            key = "sparse" if "blocks" in name else "out" if "out=" in name else "dense"
             base.setdefault(key, median)
             sent = (stats.bytes_sent if stats else 2 * (comm.size - 1) * 4 * -(-n // comm.size))
             if comm.rank == 0:

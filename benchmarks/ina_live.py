@@ -17,7 +17,9 @@ on the machine neither see nor remove its namespaces.
 
 Per size (MiB of float32) and injected drop probability (on every worker's and the switch's
 sends), the slowest rank's median of ``--reps`` calls after one untimed: ``ina_allreduce``
-through the switch; commflow's ``ring`` allreduce (``comm.allreduce(x, algo="ring")``, its
+through the switch, per ``--delivery`` (``unicast``: the switch sends each result to every
+worker; ``multicast``: once, to the group :data:`GROUP`, which the bridge copies to every
+host's port); commflow's ``ring`` allreduce (``comm.allreduce(x, algo="ring")``, its
 engine transport over TCP, which the injected loss does not touch); with ``--gloo`` torch's
 gloo ``all_reduce`` between the same hosts. Also INA's retransmissions per call (all ranks)
 and its largest error relative to the protocol's bound (must stay <= 1).
@@ -205,7 +207,7 @@ def main() -> None:
     parser.add_argument("--values", type=int, default=None,
                         help="values per packet (default: the most whose datagram fits the MTU)")
     parser.add_argument("--gloo", action="store_true", help="also torch gloo all_reduce")
-    parser.add_argument("--delivery", default="multicast",
+    parser.add_argument("--delivery", default="unicast,multicast",
                         help="how the switch returns results: unicast (once per worker), "
                              "multicast (once, to a group), or both, comma-separated")
     parser.add_argument("--switch-nice", type=int, default=-10, help="the switch's nice")

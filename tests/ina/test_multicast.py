@@ -85,3 +85,12 @@ def test_group_fields_and_bad_groups():
     with pytest.raises(InaError, match=r"rank 1/2: bad group \('239.1.1.1',\)"):
         ina_allreduce(np.ones(3), switch=("127.0.0.1", 1), rank=1, nranks=2,
                       group=("239.1.1.1",))
+
+
+def test_the_switch_command_counts_multicast_results(switch, group):
+    sw = switch("-n", "2", "--slots", "4")
+    xs = arrays(2, 2000, np.float64, seed=24)
+    outs, _ = allreduce_threads(xs, sw.addr, slots=4, group=group)
+    check(outs, xs)
+    results = -(-2000 // 256) + 4
+    assert f"{results} results ({results} multicast)" in sw.stop()

@@ -12,6 +12,7 @@ the reduced block (``bound`` returns it); float32 sums add at most a few ulps of
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from dataclasses import dataclass
@@ -35,12 +36,15 @@ def _arena(comm, nbytes: int) -> np.ndarray:
     are mapped already: fresh ones cost a fault and zeroing each), else a new one. A call
     running at the same time on another thread finds none and takes its own."""
     with _ARENAS_LOCK:
-        buf = _ARENAS.pop(comm, None)
+        try:
+            buf = _ARENAS.pop(comm, None)
+        except TypeError:  # a communicator without weak references: nothing kept
+            buf = None
     return buf if buf is not None and buf.size >= nbytes else np.empty(nbytes, np.uint8)
 
 
 def _keep(comm, buf: np.ndarray) -> None:
-    with _ARENAS_LOCK:
+    with _ARENAS_LOCK, contextlib.suppress(TypeError):  # TypeError: see _arena
         _ARENAS[comm] = buf
 
 

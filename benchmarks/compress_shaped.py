@@ -41,6 +41,7 @@ def _cases(comm, x: np.ndarray, sparse: np.ndarray) -> dict:
              "float32 (out=)": lambda: (comm.allreduce(x, out=into), None),
              "int8 (out=)": lambda: quantized_allreduce(comm, x, codec=Codec(), out=into)}
     cases["int8 (1 piece)"] = lambda: quantized_allreduce(comm, x, codec=Codec(), pieces=1)
+    cases["int8 (2 pieces)"] = lambda: quantized_allreduce(comm, x, codec=Codec(), pieces=2)
     for name in ("bf16", "int8", "int4"):
         cases[name] = lambda c=Codec(name=name): quantized_allreduce(comm, x, codec=c)
     cases["top-1%"] = lambda: topk_allreduce(comm, x, k=x.size // 100)

@@ -23,7 +23,7 @@ from commflow.compress import kernels
 from commflow.compress.codecs import _QMAX, Codec, ErrorFeedback, decode, encode
 from commflow.errors import CommflowError
 
-_PIECE_BYTES = 8 << 20
+_PIECE_BYTES = 16 << 20
 """Encoded bytes per pipelined piece that ``quantized_allreduce`` aims at by default."""
 
 _ARENAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -80,7 +80,7 @@ def quantized_allreduce(comm, x: np.ndarray, *, codec: Codec = Codec(),
     rank's contribution and keeps the new one. The shards are cut into ``pieces`` that are
     pipelined: piece ``k + 1`` is encoded while piece ``k`` is on the wire (the collectives run
     asynchronously), and each reduced piece is decoded, summed and re-encoded in one compiled
-    pass (int codecs). ``None`` (the default): one piece per 8 MiB of a rank's encoded
+    pass (int codecs). ``None`` (the default): one piece per 16 MiB of a rank's encoded
     shards, at most 8 (smaller pieces cost more in per-message overhead than they save in
     overlap). The result does not depend on ``pieces``. ``out`` (a float32 array of
     ``x``'s shape) receives the sum instead of a new array. The exchange buffers (``3 n + 1``

@@ -6,9 +6,12 @@ links (each rank its own host).
     commflow cluster down
 
 Every case: one untimed, then ``--iters`` timed calls, each after a barrier, timed as the
-slowest rank's. Rank 0 prints the median (ms), its speed-up over float32, the bytes each rank
-sent and the relative error against the float32 sum. Inputs: normal float32 values; the
-block-sparse case keeps 1% of its 256-element blocks non-zero on each rank.
+slowest rank's; the cases take turns (one call of each per round), so that a slow spell of
+the shared machine hits all of them. Rank 0 prints the median (ms), its speed-up over
+float32 (the ``out=`` cases, which write into a buffer the caller keeps, over float32 with
+``out=``), the bytes each rank sent and the relative error against the float32 sum.
+Inputs: normal float32 values; the block-sparse case keeps 1% of its 256-element blocks
+non-zero on each rank.
 """
 
 from __future__ import annotations
@@ -33,8 +36,12 @@ def _sparse(rank: int, n: int) -> np.ndarray:
 
 
 def _cases(comm, x: np.ndarray, sparse: np.ndarray) -> dict:
-    cases = {"float32": lambda: (comm.allreduce(x), None)}
+    into = np.empty_like(x)
+    cases = {"float32": lambda: (comm.allreduce(x), None),
+             "float32 (out=)": lambda: (comm.allreduce(x, out=into), None),
+             "int8 (out=)": lambda: quantized_allreduce(comm, x, codec=Codec(), out=into)}
     cases["int8 (1 piece)"] = lambda: quantized_allreduce(comm, x, codec=Codec(), pieces=1)
+    cases["int8 (2 pieces)"] = lambda: quantized_allreduce(comm, x, codec=Codec(), pieces=2)
     for name in ("bf16", "int8", "int4"):
         cases[name] = lambda c=Codec(name=name): quantized_allreduce(comm, x, codec=c)
     cases["top-1%"] = lambda: topk_allreduce(comm, x, k=x.size // 100)
@@ -51,6 +58,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16M,64M")
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--cases", default="",
+                        help="only these cases, comma-separated (default: all)")
     args = parser.parse_args()
     comm = commflow.runtime.init()
     if comm.rank == 0:
@@ -63,25 +72,29 @@ def main() -> None:
         x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
         sparse = _sparse(comm.rank, n)
         exact = {"dense": comm.allreduce(x), "sparse": comm.allreduce(sparse)}
-        base = {}
-        for name, call in _cases(comm, x, sparse).items():
-            call()
-            times = []
-            for _ in range(args.iters):
+        only = set(args.cases.split(",")) - {""}
+        cases = {k: c for k, c in _cases(comm, x, sparse).items() if not only or k in only}
+        times: dict[str, list[float]] = {k: [] for k in cases}
+        results = {}
+        for it in range(args.iters + 1):  # round-robin: a slow spell hits every case
+            for name, call in cases.items():
                 comm.barrier()
                 start = time.perf_counter()
                 out, stats = call()
-                times.append(_slowest(comm, time.perf_counter() - start))
-            median = float(np.median(times))
-            ref = exact["sparse" if "blocks" in name else "dense"]
-            err = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
-            key = "sparse" if "blocks" in name else "dense"
+                if it:
+                    times[name].append(_slowest(comm, time.perf_counter() - start))
+                ref = exact["sparse" if "blocks" in name else "dense"]
+                err = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+                results[name] = (err, stats)
+        base = {}
+        for name, (err, stats) in results.items():
+            median = float(np.median(times[name]))
+            key = "sparse" if "blocks" in name else "out" if "out=" in name else "dense"
             base.setdefault(key, median)
             sent = (stats.bytes_sent if stats else 2 * (comm.size - 1) * 4 * -(-n // comm.size))
             if comm.rank == 0:
                 print(f"| {format_size(size)} | {name} | {median * 1e3:.1f} | "
                       f"{base[key] / median:.2f} | {sent:,} | {err:.2e} |", flush=True)
-
 
 if __name__ == "__main__":
     main()

@@ -17,7 +17,9 @@ on the machine neither see nor remove its namespaces.
 
 Per size (MiB of float32) and injected drop probability (on every worker's and the switch's
 sends), the slowest rank's median of ``--reps`` calls after one untimed: ``ina_allreduce``
-through the switch; commflow's ``ring`` allreduce (``comm.allreduce(x, algo="ring")``, its
+through the switch, per ``--delivery`` (``unicast``: the switch sends each result to every
+worker; ``multicast``: once, to the group :data:`GROUP`, which the bridge copies to every
+host's port); commflow's ``ring`` allreduce (``comm.allreduce(x, algo="ring")``, its
 engine transport over TCP, which the injected loss does not touch); with ``--gloo`` torch's
 gloo ``all_reduce`` between the same hosts. Also INA's retransmissions per call (all ranks)
 and its largest error relative to the protocol's bound (must stay <= 1).
@@ -39,6 +41,9 @@ from commflow.ina.protocol import HEADER, MAX_VALUES
 
 SWITCH_ADDR = "198.19.255.254"
 PORT = 9999
+GROUP = ("239.255.18.1", 9998)
+"""The multicast group of ``--delivery multicast``: the bridge copies each result to every
+host's port, each through that port's 1 Gbit/s ``tbf``."""
 _IP_UDP = 28
 """IPv4 and UDP header bytes: a datagram of ``v`` values is ``28 + 34 + 4 v`` bytes of IP."""
 
@@ -60,17 +65,24 @@ def _worker(args: argparse.Namespace) -> None:
     for mib in (int(s) for s in args.sizes.split(",")):
         x = np.random.default_rng(rank).standard_normal(mib << 18).astype(np.float32)
         stats = [WorkerStats()]
+        modes = args.delivery.split(",")
         calls = {
-            "ina": lambda x=x, s=stats: ina_allreduce(
+            mode: lambda x=x, s=stats, g=GROUP if mode == "multicast" else None: ina_allreduce(
                 x, switch=(SWITCH_ADDR, PORT), rank=rank, nranks=n, slots=args.slots,
                 faults=faults, stats=s[0], timeout=120, min_rto=args.min_rto,
-                max_rto=args.max_rto),
-            "ring": lambda x=x: comm.allreduce(x, algo="ring"),
-        }
+                max_rto=args.max_rto, group=g)
+            for mode in modes}
+        calls["ring"] = lambda x=x: comm.allreduce(x, algo="ring")
         if dist is not None:
             calls["gloo"] = lambda t=torch.from_numpy(x.copy()): dist.all_reduce(t)
         times: dict[str, list[float]] = {k: [] for k in calls}
-        retx = 0
+        retx = dict.fromkeys(modes, 0)
+        worst = dict.fromkeys(modes, 0.0)
+        xs = [np.random.default_rng(r).standard_normal(x.size).astype(np.float32)
+              for r in range(n)]
+        exact = np.sum(xs, axis=0, dtype=np.float64)
+        bound = error_bound(xs, args.values) + np.spacing(
+            np.abs(exact).astype(np.float32))
         for rep in range(args.reps + 1):
             for name, call in calls.items():
                 stats[0] = WorkerStats()
@@ -79,24 +91,23 @@ def _worker(args: argparse.Namespace) -> None:
                 y = call()
                 if rep:
                     times[name].append(time.perf_counter() - start)
-                if name == "ina":
-                    retx += stats[0].retransmits if rep else 0
-                    out = y
-        xs = [np.random.default_rng(r).standard_normal(x.size).astype(np.float32)
-              for r in range(n)]
-        exact = np.sum(xs, axis=0, dtype=np.float64)
-        bound = error_bound(xs, args.values) + np.spacing(
-            np.abs(exact).astype(np.float32))
-        worst = float(np.max(np.abs(out.astype(np.float64) - exact) / bound))
+                if name in modes:
+                    retx[name] += stats[0].retransmits if rep else 0
+                    worst[name] = max(worst[name], float(np.max(
+                        np.abs(y.astype(np.float64) - exact) / bound)))
         med = comm.allreduce(np.array([np.median(times[k]) for k in calls]), "max")
-        retx = int(comm.allreduce(np.array([retx]), "sum")[0]) / args.reps
-        worst = float(comm.allreduce(np.array([worst]), "max")[0])
-        if rank == 0:
-            cells = [f"{1e3 * med[0]:.0f}", f"{(mib << 20) / med[0] / 1e9:.3f}", f"{retx:.0f}",
-                     f"{worst:.2f}", f"{1e3 * med[1]:.0f}", f"{med[1] / med[0]:.2f}"]
+        total = comm.allreduce(np.array([retx[m] for m in modes], np.float64), "sum")
+        worst_all = comm.allreduce(np.array([worst[m] for m in modes]), "max")
+        for i, mode in enumerate(modes):
+            ring = med[len(modes)]
+            cells = [mode, f"{1e3 * med[i]:.0f}", f"{(mib << 20) / med[i] / 1e9:.3f}",
+                     f"{total[i] / args.reps:.0f}", f"{worst_all[i]:.2f}", f"{1e3 * ring:.0f}",
+                     f"{ring / med[i]:.2f}"]
             if dist is not None:
-                cells += [f"{1e3 * med[2]:.0f}", f"{med[2] / med[0]:.2f}"]
-            print(f"| {mib} | {args.drop:.0%} | " + " | ".join(cells) + " |", flush=True)
+                gloo = med[len(modes) + 1]
+                cells += [f"{1e3 * gloo:.0f}", f"{gloo / med[i]:.2f}"]
+            if rank == 0:
+                print(f"| {mib} | {args.drop:.0%} | " + " | ".join(cells) + " |", flush=True)
     if dist is not None:
         dist.destroy_process_group()
 
@@ -125,9 +136,10 @@ def _run(args: argparse.Namespace) -> None:
     print(f"# {args.ranks} hosts at {args.bandwidth}, MTU {args.mtu}, switch in namespace "
           f"{cluster.SWITCH} at {SWITCH_ADDR}: {args.slots} slots x {args.values} values per "
           f"packet, min RTO {args.min_rto} s; median of {args.reps}, slowest rank")
-    head = "| MiB | loss | INA ms | INA GB/s | INA retx | err/bound | ring ms | ring/INA |"
+    head = ("| MiB | loss | results | INA ms | INA GB/s | INA retx | err/bound | ring ms | "
+            "ring/INA |")
     print(head + (" gloo ms | gloo/INA |" if args.gloo else ""))
-    print("|---" * (8 + 2 * args.gloo) + "|", flush=True)
+    print("|---" * (9 + 2 * args.gloo) + "|", flush=True)
     subprocess.run(_commflow("cluster", "up", "--hosts", str(args.ranks), "--bandwidth",
                              args.bandwidth), check=True, stdout=subprocess.DEVNULL)
     switch = None
@@ -149,7 +161,7 @@ def _run(args: argparse.Namespace) -> None:
                                  "worker", "--sizes", args.sizes, "--drop", str(drop),
                                  "--reps", str(args.reps), "--slots", str(args.slots),
                                  "--values", str(args.values), "--min-rto", str(args.min_rto),
-                                 "--max-rto", str(args.max_rto))
+                                 "--max-rto", str(args.max_rto), "--delivery", args.delivery)
                       ] + (["--gloo"] * args.gloo)
             done = subprocess.run(worker, capture_output=True, text=True,
                                   env={**os.environ, "GLOO_SOCKET_IFNAME": "eth0"})
@@ -195,6 +207,9 @@ def main() -> None:
     parser.add_argument("--values", type=int, default=None,
                         help="values per packet (default: the most whose datagram fits the MTU)")
     parser.add_argument("--gloo", action="store_true", help="also torch gloo all_reduce")
+    parser.add_argument("--delivery", default="unicast,multicast",
+                        help="how the switch returns results: unicast (once per worker), "
+                             "multicast (once, to a group), or both, comma-separated")
     parser.add_argument("--switch-nice", type=int, default=-10, help="the switch's nice")
     parser.add_argument("--mtu", type=int, default=65520, help="MTU of every link")
     parser.add_argument("--min-rto", type=float, default=0.05, help="INA's least timeout (s)")

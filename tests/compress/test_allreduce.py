@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from commflow.compress import Codec, ErrorFeedback, decode, encode, quantized_allreduce
+from commflow.errors import CommflowError
 from tests.runtime.harness import run_world
 
 N = 3000  # not a multiple of nranks * block: exercises padding
@@ -84,8 +85,27 @@ def _reference(comm, x, codec):
 def _pieces(comm, name):
     codec = Codec(name=name, block=BLOCK)
     x = _input(comm.rank)
+    quantized_allreduce(comm, np.tile(x, 3), codec=codec)  # leaves larger buffers to reuse
+    given = np.full(N, np.nan, np.float32)  # padded: the sum is copied in
+    assert quantized_allreduce(comm, x, codec=codec, out=given)[0] is given
     return [quantized_allreduce(comm, x, codec=codec, pieces=p)[0] for p in (1, 3, 7)] + [
-        _reference(comm, x, codec)]
+        given, _reference(comm, x, codec)]
+
+
+def _into(comm):
+    codec = Codec(block=BLOCK)
+    x = _input(comm.rank)[:comm.size * BLOCK * 10]  # no padding: decoded straight into out
+    given = np.full(x.size, np.nan, np.float32)
+    assert quantized_allreduce(comm, x, codec=codec, out=given)[0] is given
+    with pytest.raises(CommflowError, match="rank .: out must be a contiguous float32 array "
+                                            r"of shape \(1920,\)"):
+        quantized_allreduce(comm, x, codec=codec, out=np.empty(x.size, np.float64))
+    return given, _reference(comm, x, codec)
+
+
+def test_out_receives_the_sum():
+    for given, expected in run_world(_into, 3):
+        np.testing.assert_array_equal(given, expected)
 
 
 @pytest.mark.parametrize("name", ["int8", "int4", "bf16"])

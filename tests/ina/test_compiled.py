@@ -9,11 +9,13 @@ from commflow.ina import _kernels
 from commflow.ina._batch import Batch
 from commflow.ina.protocol import (
     EMPTY,
+    GROUP,
     HEADER,
     Header,
     Kind,
     dequantize,
     exponents,
+    group_field,
     pack,
     quantize,
     shift,
@@ -102,21 +104,24 @@ class Workers:
     def receive(self, replies: list[tuple[bytes, tuple]]) -> None:
         for data, _ in replies:
             h, _ = unpack(data)
-            if (h.kind is Kind.RESULT and self.rng.random() > 0.1
-                    and h.phase == self.phase[h.worker, h.slot]):
-                self.phase[h.worker, h.slot] += 1
+            for w in range(N) if h.worker == GROUP else [h.worker]:
+                if (h.kind is Kind.RESULT and self.rng.random() > 0.1
+                        and h.phase == self.phase[w, h.slot]):
+                    self.phase[w, h.slot] += 1
 
 
-def test_switch_batch_matches_the_reference_under_loss_and_duplication():
+@pytest.mark.parametrize("group", [None, ("239.255.18.3", 7000)])
+def test_switch_batch_matches_the_reference_under_loss_and_duplication(group):
     rng = np.random.default_rng(11)
     ref, fast = Switch(N, SLOTS, values=VALUES), Switch(N, SLOTS, values=VALUES)
     for sw in (ref, fast):
         sw.handle(pack(Header(Kind.JOIN, 5, 0, 0, N, 1)), ADDRS[0], now=0.0)
         for w in range(N):
-            sw.handle(pack(Header(Kind.JOIN, 1, 0, w, N, 3)), ADDRS[w], now=0.0)
+            sw.handle(pack(Header(Kind.JOIN, 1, 0, w, N, 3, offset=group_field(group))),
+                      ADDRS[w], now=0.0)
     workers = Workers(rng, session=2)
     batch = Batch(16)
-    rounds = 0
+    rounds, multicast_to = 0, set()
     while (workers.phase < 6).any():
         rounds += 1
         assert rounds < 2000, "the simulated stream made no progress"
@@ -127,10 +132,13 @@ def test_switch_batch_matches_the_reference_under_loss_and_duplication():
             batch.lens[i], batch.addrs[i] = len(p), addr
         got = [(bytes(d), a) for d, a in fast.handle_batch(batch, len(packets), 1.0)]
         assert got == expected
+        multicast_to |= {a for d, a in expected if unpack(d)[0].worker == GROUP}
         workers.receive(expected)
     assert fast.stats == ref.stats
     assert ref.stats.saturated == 1 and ref.stats.duplicates > 10 and ref.stats.stale > 0
     assert ref.stats.rejected > 0 and ref.stats.malformed > 0 and ref.stats.results == 18
+    assert ref.stats.multicast == (18 if group else 0)
+    assert multicast_to == ({group} if group else set())
     for sw in (ref, fast):
         out = [r for w in range(N)
                for r in sw.handle(pack(Header(Kind.LEAVE, 1, 2, w, N)), ADDRS[w], now=2.0)]

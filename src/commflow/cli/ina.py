@@ -55,7 +55,8 @@ def switch(
         if main:
             signal.signal(signal.SIGTERM, previous)
     out.print(f"stopped: {stats.sessions} sessions ({stats.refused} refused), "
-              f"{stats.aggregated} packets aggregated, {stats.results} results, "
+              f"{stats.aggregated} packets aggregated, {stats.results} results "
+              f"({stats.multicast} multicast), "
               f"{stats.duplicates} duplicates, {stats.stale} stale, {stats.malformed} "
               f"malformed, {stats.rejected} rejected; {faults.dropped} sends dropped, "
               f"{faults.duplicated} duplicated")

@@ -16,6 +16,8 @@ class WorkerStats:
     """Datagrams sent again after a timeout."""
     results: int = 0
     """Switch results used."""
+    group_results: int = 0
+    """Of those, results the switch sent once to the job's multicast group."""
     duplicates: int = 0
     """Results (or ring packets) already used or for another phase (ignored)."""
     malformed: int = 0

@@ -11,7 +11,8 @@ flags      u8     bit 0: the slot's version (which of its two shadow copies)
 reason     u8     a :class:`Reason` (``REJECT`` only)
 job        u16    job id: slots are granted per job
 session    u16    switch-assigned per JOIN..LEAVE session; stale packets carry an old one
-worker     u16    sender's rank (``RESULT``/``JOINED``/``LEFT``: the addressee)
+worker     u16    sender's rank (``RESULT``/``JOINED``/``LEFT``: the addressee; ``RESULT``
+                  sent once to the job's multicast group: :data:`GROUP`)
 nworkers   u16    ranks in the job
 slot       u16    job-local slot index (``JOIN``: slots wanted; ``JOINED``: slots granted)
 count      u16    int32 values in the payload (``JOINED``: values per packet; ``NOSLOT``: the
@@ -19,7 +20,8 @@ count      u16    int32 values in the payload (``JOINED``: values per packet; ``
 exp        i16    ``DATA``: the sender's exponent of the *next* block on this slot;
                   ``RESULT``: the maximum over the workers (:data:`EMPTY` for all-zero)
 phase      u32    use number of the slot (0: exponent bootstrap, j >= 1: its j-th block)
-offset     u64    element offset of the block in the array
+offset     u64    element offset of the block in the array (``JOIN``: the multicast group
+                  the worker takes results on, :func:`group_field`; 0: none)
 =========  =====  ==================================================================
 
 Quantization (power-of-two scale per block of ``values`` elements). Every worker's exponent of a
@@ -55,6 +57,8 @@ EMPTY = -(2**15)
 MAX_VALUES = (65507 - HEADER.size) // 4
 """Largest payload of one UDP datagram, in int32 values."""
 MAX_WORKERS = 64
+GROUP = 0xFFFF
+"""``RESULT`` worker id of a result sent once to the job's multicast group (every worker)."""
 
 
 class InaError(CommflowError):
@@ -177,6 +181,23 @@ def unpack_peers(payload: memoryview, count: int) -> list[tuple[str, int]]:
     """The workers' addresses of a ``NOSLOT`` payload."""
     return [(socket.inet_ntoa(ip), port) for ip, port in
             (PEER.unpack_from(payload, i * PEER.size) for i in range(count))]
+
+
+def group_field(group: tuple[str, int] | None) -> int:
+    """The ``JOIN`` offset naming a multicast ``group`` (``(address, port)``; 0 for none):
+    the IPv4 address in bits 16-47, the port in bits 0-15."""
+    if group is None:
+        return 0
+    return int.from_bytes(socket.inet_aton(group[0]), "big") << 16 | group[1]
+
+
+def group_address(field: int) -> tuple[str, int] | None:
+    """The ``(address, port)`` a ``JOIN`` offset names, or ``None`` unless it is a multicast
+    group (224.0.0.0/4) with a port."""
+    ip, port = field >> 16, field & 0xFFFF
+    if ip >> 28 != 0xE or ip >> 32 or not port:
+        return None
+    return socket.inet_ntoa(ip.to_bytes(4, "big")), port
 
 
 def shift(nworkers: int) -> int:

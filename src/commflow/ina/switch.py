@@ -7,7 +7,9 @@ so that they sum among themselves: ATP's fallback to end-host aggregation); the 
 every worker once all have joined. In the data phase a worker keeps each of its slots busy with
 one block at a time: phase ``j`` of a slot uses copy ``j mod 2``. The switch adds the payload
 into the copy and sets the worker's bit; a second copy of the same packet (a retransmission or
-duplicate) is not added again. When all ``n`` bits are set it sends the sum to every worker.
+duplicate) is not added again. When all ``n`` bits are set it sends the sum to every worker:
+once, to the job's multicast group, when every worker's JOIN named the same group (the network
+copies it to each worker, as SwitchML's switch multicasts), else to each worker in turn.
 Phase ``j + 2`` reuses the copy only after every worker has received phase ``j + 1``'s
 result, and so phase ``j``'s, so a retransmission of phase ``j`` whose result was lost still
 finds it in its copy and gets it back. LEAVE is the closing barrier: when all have left, the
@@ -24,7 +26,6 @@ Datagrams that fail validation are counted and ignored; ones that parse but brea
 from __future__ import annotations
 
 import select
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,9 +35,11 @@ import numpy as np
 
 from commflow.ina import _kernels
 from commflow.ina._batch import Batch
+from commflow.ina._sockets import open_socket
 from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
     EMPTY,
+    GROUP,
     HEADER,
     MAX_VALUES,
     MAX_WORKERS,
@@ -46,6 +49,7 @@ from commflow.ina.protocol import (
     InaProtocolError,
     Kind,
     Reason,
+    group_address,
     pack,
     pack_peers,
     unpack,
@@ -65,6 +69,8 @@ class SwitchStats:
     """DATA packets added into a slot."""
     results: int = 0
     """Slot phases completed (each sent to every worker)."""
+    multicast: int = 0
+    """Results sent once to a job's multicast group instead of to each worker."""
     duplicates: int = 0
     """DATA packets already counted (answered with the result when complete)."""
     stale: int = 0
@@ -88,6 +94,8 @@ class _Job:
     session: int
     slots: list[int]
     addrs: list[Address | None]
+    groups: list[int]
+    group: Address | None = None
     joined: int = 0
     left: int = 0
     active: float = 0.0
@@ -192,7 +200,7 @@ class Switch:
             grant = min(max(1, h.slot), len(self._free))
             self._session = self._session % 65535 + 1
             job = _Job(self._session, [self._free.pop() for _ in range(grant)],
-                       [None] * self.nworkers)
+                       [None] * self.nworkers, [0] * self.nworkers)
             for g in job.slots:
                 self._phase[0][g], self._phase[1][g] = -2, -1
                 self._nseen[0][g] = self._nseen[1][g] = 0
@@ -202,10 +210,13 @@ class Switch:
             self.stats.refused += not grant
         job.active = now
         job.addrs[h.worker] = addr
+        job.groups[h.worker] = h.offset
         was = job.joined
         job.joined |= 1 << h.worker
         if job.joined != self._full:
             return []
+        if was != self._full and len(set(job.groups)) == 1:
+            job.group = group_address(job.groups[0])
         to = range(self.nworkers) if was != self._full else [h.worker]
         if not job.slots:
             peers = pack_peers(job.addrs)
@@ -279,6 +290,9 @@ class Switch:
             total = np.clip(total, _LO, _HI)
         self._res[v, g, HEADER.size:HEADER.size + 4 * h.count] = np.frombuffer(
             total.astype(WIRE).tobytes(), np.uint8)
+        if job.group is not None:
+            self.stats.multicast += 1
+            return [(self._reply(h, v, g, GROUP), job.group)]
         return [(self._reply(h, v, g, w), job.addrs[w]) for w in range(self.nworkers)]
 
     def _reply(self, h: Header, v: int, g: int, worker: int) -> bytes:
@@ -311,6 +325,11 @@ class Switch:
                     yield reply, batch.addrs[i]
                     continue
                 job = self._jobs[int.from_bytes(whole[8:10], "big")]
+                if job.group is not None:
+                    self.stats.multicast += 1
+                    whole[12:14] = GROUP.to_bytes(2, "big")
+                    yield reply, job.group
+                    continue
                 for w in range(self.nworkers):
                     whole[12:14] = w.to_bytes(2, "big")
                     yield reply, job.addrs[w]
@@ -343,25 +362,6 @@ class Switch:
                            np.array([len(job.slots) for _, job in held], np.int64),
                            [j for j, _ in held])
         return self._table
-
-
-def open_socket(host: str, port: int, buffer: int = 4 << 20) -> socket.socket:
-    """A blocking UDP socket bound to ``host:port`` with ``buffer`` bytes of send and receive
-    buffer (beyond ``net.core.rmem_max`` when run as root, else as far as the kernel
-    allows)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for force, opt in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force, buffer)  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, opt, buffer)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise InaError(f"ina: cannot bind UDP {host}:{port} ({e.strerror}); choose another "
-                       "--port, or 0 for any free one") from None
-    return sock
 
 
 def run_switch(host: str = "127.0.0.1", port: int = 0, nranks: int = 2, slots: int = 64, *,

@@ -29,9 +29,11 @@ import numpy as np
 
 from commflow.ina import _kernels
 from commflow.ina._common import Rto, WorkerStats
+from commflow.ina._sockets import check_group, open_group, open_socket
 from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
     EMPTY,
+    GROUP,
     HEADER,
     MAGIC,
     REASONS,
@@ -42,22 +44,23 @@ from commflow.ina.protocol import (
     InaProtocolError,
     InaTimeoutError,
     Kind,
+    group_field,
     pack,
     shift,
     unpack,
     unpack_peers,
 )
 from commflow.ina.ring import udp_ring_allreduce
-from commflow.ina.switch import open_socket
 
 Address = tuple[str, int]
 
 
 class _Link:
-    """The worker's socket to the switch, with faults on sends and validated receives into
-    one preallocated buffer."""
+    """The worker's socket to the switch (and the group's, when it takes multicast results),
+    with faults on sends and validated receives into one preallocated buffer."""
 
-    def __init__(self, switch: Address, faults: Faults, stats: WorkerStats, who: str) -> None:
+    def __init__(self, switch: Address, faults: Faults, stats: WorkerStats, who: str,
+                 group: Address | None) -> None:
         try:
             self.switch = (socket.gethostbyname(switch[0]), int(switch[1]))
         except (OSError, ValueError, IndexError, TypeError) as e:
@@ -65,11 +68,23 @@ class _Link:
                            ) from None
         loopback = ipaddress.ip_address(self.switch[0]).is_loopback
         self.sock = open_socket("127.0.0.1" if loopback else "0.0.0.0", 0, 16 << 20)
+        self.socks = [self.sock]
+        if group is not None:
+            try:
+                self.socks.insert(0, open_group(group, self.switch, 16 << 20))
+            except InaError:
+                self.sock.close()
+                raise
         self.poller = select.poll()
-        self.poller.register(self.sock, select.POLLIN)
+        for sock in self.socks:
+            self.poller.register(sock, select.POLLIN)
         self.buf = np.zeros(65536, np.uint8)
         self.view = memoryview(self.buf)
         self.faults, self.stats, self.who = faults, stats, who
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close()
 
     def send(self, data: bytes | memoryview) -> None:
         """Send to the switch; a failed send counts as a lost packet (the timer resends)."""
@@ -80,15 +95,17 @@ class _Link:
             self.stats.send_errors += 1
 
     def _receive(self) -> tuple[int, Address] | None:
-        try:
-            return self.sock.recvfrom_into(self.view, 0, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError, ConnectionError):
-            return None
+        for sock in self.socks:
+            try:
+                return sock.recvfrom_into(self.view, 0, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError, ConnectionError):
+                continue
+        return None
 
     def recv(self, wait: float | None) -> tuple[Header, memoryview] | None:
-        """The next valid datagram from the switch within ``wait`` s (``None``: only one
-        already waiting), else ``None``; its payload is a view of :attr:`buf`, valid until
-        the next call."""
+        """The next valid datagram from the switch (on either socket) within ``wait`` s
+        (``None``: only one already waiting), else ``None``; its payload is a view of
+        :attr:`buf`, valid until the next call."""
         got = self._receive()
         if got is None and wait is not None and self.poller.poll(
                 max(1, math.ceil(wait * 1e3))):
@@ -127,7 +144,9 @@ def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: 
         if got is None:
             continue
         h = got[0]
-        if h.job != request.job or h.worker != request.worker:
+        if h.kind is Kind.RESULT and h.job == request.job:
+            link.stats.duplicates += 1  # a late result, multicast while others finish
+        elif h.job != request.job or h.worker != request.worker:
             link.stats.malformed += 1
         elif h.kind is Kind.REJECT and h.session == request.session:
             raise link.refused(h, request.kind.name)
@@ -200,7 +219,7 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
         if h.kind is Kind.REJECT and h.session == session:
             raise link.refused(h, f"DATA of slot {h.slot} phase {h.phase}")
         if (h.kind is not Kind.RESULT or h.job != job or h.session != session
-                or h.worker != worker or h.slot >= k):
+                or h.worker not in (worker, GROUP) or h.slot >= k):
             link.stats.malformed += 1
             continue
         s = h.slot
@@ -216,6 +235,7 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
         if not again[s]:
             rto.sample(now - sent_at[s])
         link.stats.results += 1
+        link.stats.group_results += h.worker == GROUP
         agreed[s] = h.exp
         phase[s] += 1
         progress = now
@@ -228,7 +248,8 @@ def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nran
 def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int, job: int = 0,
                   slots: int = 64, timeout: float = 30.0, fallback: bool = True, comm=None,
                   faults: Faults | None = None, stats: WorkerStats | None = None,
-                  min_rto: float = 0.02, max_rto: float = 1.0) -> np.ndarray:
+                  min_rto: float = 0.02, max_rto: float = 1.0,
+                  group: Address | None = None) -> np.ndarray:
     """The sum over ``nranks`` workers of ``array`` (float32 or float64, any shape), computed
     by the switch at ``switch = (host, port)``; every rank calls it with the same shape.
 
@@ -240,6 +261,13 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
     ``faults`` (default: from ``COMMFLOW_INA_*``) injects loss on this worker's sends;
     ``stats`` is filled if given. The error per element is at most
     :func:`~commflow.ina.protocol.error_bound`.
+
+    ``group = (multicast address, port)``: this worker also takes results on that group, and
+    when every worker of the job names the same one the switch sends each result once, to the
+    group, instead of once per worker (the network copies it; a result lost on the way is
+    sent again to each worker that asks, as without it). The workers' hosts must be reached
+    by the switch's multicast (one network segment); several workers on one host may share
+    the group.
     """
     x = np.asarray(array)
     if x.dtype not in (np.float32, np.float64):
@@ -257,12 +285,14 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
     stats = WorkerStats() if stats is None else stats
     faults = Faults.from_env(salt=rank) if faults is None else faults
     who = f"ina_allreduce job {job} rank {rank}/{nranks}"
-    link = _Link(switch, faults, stats, who)
+    group = None if group is None else check_group(group, who)
+    link = _Link(switch, faults, stats, who, group)
     rto = Rto(0.05, min_rto, max_rto)
     try:
         start = time.monotonic()
-        joined, payload = _barrier(link, Header(Kind.JOIN, job, 0, rank, nranks, slots),
-                                   (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
+        joined, payload = _barrier(
+            link, Header(Kind.JOIN, job, 0, rank, nranks, slots, offset=group_field(group)),
+            (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
         stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
         out = np.empty_like(flat)
         if joined.kind is Kind.JOINED:
@@ -279,7 +309,7 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
         leave = Header(Kind.LEAVE, job, joined.session, rank, nranks)
         _barrier(link, leave, (Kind.LEFT,), time.monotonic() + timeout, "LEFT")
     finally:
-        link.sock.close()
+        link.close()
         stats.rto = rto.value
     if joined.kind is Kind.NOSLOT and not fallback:
         raise InaNoSlotsError(f"{who}: the switch has no free aggregator slot (other jobs "

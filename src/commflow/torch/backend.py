@@ -173,6 +173,11 @@ class CommflowProcessGroup(dist.ProcessGroup):
         views = [_flat(t, "all_reduce tensor") for t in tensors]
         op = self._op(opts, "all_reduce", views[0]) if views else "sum"
         how = _how(Collective.ALLREDUCE, opts)
+        if self.comm.slots > 1:  # between hosts: several in flight (see .work)
+            def start() -> list:
+                return [self.comm.allreduce(v, op, out=v, async_op=True, **how) for v in views]
+
+            return CommflowWork(self.world.start(start, tensors), self._what("all_reduce"))
 
         def job() -> None:
             for v in views:

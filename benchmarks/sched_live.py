@@ -19,8 +19,8 @@ for reductions (``wait_time``); on a machine loaded by other jobs the two differ
 blocks on the network getting more CPU when it wakes than one that never blocks. The allreduce
 cost is fitted to allreduces of 256 KiB, 1 MiB and 4 MiB timed after every round (medians,
 slowest rank); DDP is simulated as ``ddp`` (25 MiB buckets, the first 1 MiB), the scheduler as
-priority with its partitions and fusion, one message at a time (commflow's progress thread runs
-one operation at a time).
+priority with its partitions, credits and fusion (both backends run several allreduces at once
+between hosts: gloo in its worker threads, commflow on its communicator's lanes).
 
 Each configuration trains its own replica (an iteration: forward, backward, and for DDP the
 optimizer step; the scheduler's steps happen in the next forward): ``--warmup`` iterations,
@@ -247,12 +247,8 @@ def _predict(profile: list[tuple[float, float, int]], compute: float, points: di
     scale = compute / sum(f + b for f, b, _ in profile)
     work = Workload("model", tuple(Layer(f"L{i}", scale * f, scale * b, g)
                                    for i, (f, b, g) in enumerate(profile)))
-    # commflow's progress thread runs one operation at a time: one message on the link, its
-    # latency not hidden behind the one before (the scheduler's credits only queue there);
-    # gloo's worker threads run several
-    credits = args.credits if args.backend == "gloo" else 1
     sched = Policy("scheduler", order="priority", partition_bytes=args.partition_mb * (1 << 20),
-                   credits=credits, bucket_bytes=args.fuse_mb * (1 << 20))
+                   credits=args.credits, bucket_bytes=args.fuse_mb * (1 << 20))
     note = (f"{work.describe()} (with the SGD step); allreduce {1e3 * cost.alpha:.2f} ms + "
             f"bytes at {cost.bandwidth / 1e6:.0f} MB/s (all gradients: "
             f"{1e3 * cost.time('allreduce', work.grad_bytes):.1f} ms)")

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -356,11 +357,78 @@ def test_host_keys_group_ranks_in_order_of_their_first_rank():
     assert host_key({}) != host_key({"COMMFLOW_HOST": "0"}) and len(host_key({})) == 32
 
 
-def test_tags_separate_communicators_and_channels():
+def test_tags_separate_communicators_slots_and_channels():
     assert engine.tag_of(0, 0) == 0
     assert engine.tag_of(3, 5) == 3 << 16 | 5
-    assert engine.tag_of(0, 1 << 30) == 0xFFFF  # the point-to-point channel
-    assert engine.tag_of(1 << 15, 0) == 0 and engine.tag_of(0x7FFF, 0) < 2**31
+    assert engine.tag_of(3, 5, slot=2) == 3 << 16 | 2 << 12 | 5
+    assert engine.tag_of(0, 1 << 30) == 0xFFF  # the point-to-point channel
+    assert engine.tag_of(0, 1 << 30, slot=engine.SLOTS - 1) < engine.tag_of(1, 0)
+    assert engine.tag_of(1 << 15, 0) == 0 and engine.tag_of(0x7FFF, 0xFFF, 15) < 2**31
+
+
+def _in_flight_together(comm):
+    """Async collectives of many sizes, a synchronous broadcast and messages between them,
+    all issued back to back; which lane thread finished each asynchronous one."""
+    sizes = [1, 300_000, 7, 70_000, 3, 150_000, 1, 5, 90_000]
+    xs = [np.arange(n, dtype=np.int64) * (comm.rank + 1) + i for i, n in enumerate(sizes)]
+    threads: dict[int, str] = {}
+    handles = []
+    for i, x in enumerate(xs):
+        handle = comm.allreduce(x, out=x, algo="ring", async_op=True)
+        handle.add_done_callback(
+            lambda error, i=i: threads.__setitem__(i, threading.current_thread().name))
+        handles.append(handle)
+        if i == 4:
+            b = comm.broadcast(np.full(11, comm.rank, np.int32), root=1)
+            if comm.rank == 0:
+                comm.send(np.arange(6, dtype=np.float64), 1)
+            else:
+                got = comm.recv(np.empty(6, np.float64), 0)
+    gathered = comm.allgather(np.array([comm.rank], np.int64), async_op=True)
+    for h in handles:
+        h.wait()
+    return (comm.slots, [x.tolist() for x in xs], b.tolist(), gathered.wait().tolist(),
+            None if comm.rank == 0 else got.tolist(), [threads[i] for i in range(len(xs))])
+
+
+def test_async_operations_run_on_lanes_between_hosts_of_one_rank(place, monkeypatch):
+    monkeypatch.setattr(engine, "FRAGMENT", 4096)  # many fragments in flight per lane
+    place([0, 1], COMMFLOW_DELAY_US="200")
+    results = run_world(_in_flight_together, 2, timeout=60)
+    sizes = [1, 300_000, 7, 70_000, 3, 150_000, 1, 5, 90_000]
+    for slots, xs, b, gathered, _, threads in results:
+        assert slots == engine.SLOTS == 4
+        assert xs == [(np.arange(n, dtype=np.int64) * 3 + 2 * i).tolist()
+                      for i, n in enumerate(sizes)]
+        assert b == [1] * 11 and gathered == [0, 1]
+        # operation seq runs on lane seq % 4; the broadcast and the send/recv took seq 5 and
+        # lanes of their own in between
+        lanes = [int(name.split("-")[1].split("_")[0]) for name in threads]
+        assert lanes == [0, 1, 2, 3, 0, 2, 3, 0, 1]
+    assert results[1][4] == list(range(6))
+
+
+def _mismatch_on_a_lane(comm):
+    comm.allreduce(np.ones(4, np.float32), async_op=True).wait()
+    n = 10 if comm.rank == 0 else 20
+    comm.allreduce(np.ones(n, np.float32), algo="ring", async_op=True, timeout=20).wait()
+
+
+def test_a_mismatch_on_a_lane_raises_mismatch(place):
+    place([0, 1])
+    for ok, text in run_world(_mismatch_on_a_lane, 2, timeout=30, expect_failure=True):
+        assert not ok and text.startswith("CommMismatchError: rank"), text
+        assert "operation #1 allreduce(" in text, text
+
+
+def test_one_slot_over_shared_memory_or_mpi():
+    class Wire:
+        rank, size, polled, threaded = 0, 2, True, False
+
+    assert RoutedTransport(Wire(), hosts=[0, 1], shm=None).slots == 1
+    Wire.polled, Wire.threaded = False, True
+    assert RoutedTransport(Wire(), hosts=[0, 1], shm=None).slots == engine.SLOTS
+    assert RoutedTransport(Wire(), hosts=[0, 1, 1], shm=None).slots == 1
 
 
 def test_fragments_cover_the_message():

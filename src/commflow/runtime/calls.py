@@ -5,6 +5,7 @@ checks shared with :mod:`commflow.runtime.init`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -37,6 +38,11 @@ class Handle:
     def is_completed(self) -> bool:
         """Whether the operation has finished (successfully or not)."""
         return self._future.done()
+
+    def add_done_callback(self, fn: Callable[[BaseException | None], None]) -> None:
+        """Call ``fn(error)`` once the operation has finished (``error`` is ``None`` on
+        success), from the thread that ran it, or now if it has finished already."""
+        self._future.add_done_callback(lambda future: fn(future.exception()))
 
 
 @dataclass

@@ -66,8 +66,9 @@ class Communicator:
         self._splits = 0
         self._seq = 0
         self._p2p: dict[tuple[int, bool], int] = {}
-        self._worker: ThreadPoolExecutor | None = None
-        self._scratch_buffers: dict[str, np.ndarray] = {}
+        self._slots = getattr(transport, "slots", 1)
+        self._lanes: list[ThreadPoolExecutor] | None = None
+        self._scratch_buffers: dict[tuple[str, int], np.ndarray] = {}
         self._signatures: dict[tuple, Signature] = {}
         self._reducers: dict[tuple[str, str], Reducer] = {}
         # Only the world communicator (or one shrink() made, on a segment of its own) owns the
@@ -96,6 +97,12 @@ class Communicator:
         """Whether the shared-memory fast path (``algo="shm"`` and its variants) runs here:
         the world communicator of one host."""
         return self._fast is not None
+
+    @property
+    def slots(self) -> int:
+        """How many asynchronous operations may progress at once: the transport's slots
+        (several over the engine between hosts of one rank each, else 1)."""
+        return self._slots
 
     @property
     def local_rank(self) -> int:
@@ -128,7 +135,7 @@ class Communicator:
         b = self._output(out, a.shape, a.dtype, "allreduce")
         if timeout is not None:
             check_timeout(timeout, f"allreduce on rank {self.rank}")
-        if (self._fast is not None and not async_op and self._worker is None
+        if (self._fast is not None and not async_op and self._lanes is None
                 and 0 < a.nbytes <= fastpath.ONE_SHOT and isinstance(algo, str)
                 and algo in ("auto", fastpath.NAME)):
             self._guarded(lambda: self._small_allreduce(a, b, op, timeout))
@@ -345,7 +352,8 @@ class Communicator:
             started=False, peer=None, algo=call.algo,
             reduce=call.op if call.collective in _REDUCES else None,
             root=call.root if call.collective in _ROOTED else None)
-        return self._dispatch(lambda: self._run(call, timeout, seq, entry), result, async_op)
+        return self._dispatch(lambda: self._run(call, timeout, seq, entry), result, async_op,
+                              seq)
 
     def _small_allreduce(self, a: np.ndarray, b: np.ndarray, op: str,
                          timeout: float | None) -> None:
@@ -374,16 +382,21 @@ class Communicator:
         if entry is not None:
             fr.complete(entry)
 
-    def _dispatch(self, work: Callable[[], None], result, async_op: bool):
-        """Run ``work`` now, or on the communicator's worker thread once async operations
-        were used (one thread, first in first out, so every rank keeps the same order)."""
+    def _dispatch(self, work: Callable[[], None], result, async_op: bool, seq: int):
+        """Run ``work`` (operation ``seq``) now, or once async operations were used on lane
+        ``seq % slots``: a thread per slot of the transport (see
+        :mod:`commflow.runtime.transport.engine`; one over shared memory), first in first out,
+        so every rank runs the same operations in the same order on each lane, each lane on
+        engine tags of its own, and up to ``slots`` operations progress at once."""
         self._check_usable()
-        if not async_op and self._worker is None:
+        if not async_op and self._lanes is None:
             self._guarded(work)
             return result
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix="commflow")
-        handle = Handle(self._worker.submit(self._guarded, work), result)
+        if self._lanes is None:
+            self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"commflow-{i}")
+                           for i in range(self._slots)]
+        lane = self._lanes[seq % self._slots]
+        handle = Handle(lane.submit(self._guarded, work), result)
         return handle if async_op else handle.wait()
 
     def _check_usable(self) -> None:
@@ -414,8 +427,8 @@ class Communicator:
     def _deadline(self, timeout: float | None) -> float:
         return time.monotonic() + (self.timeout if timeout is None else timeout)
 
-    def _scratch(self, elements: int, dtype: np.dtype) -> np.ndarray:
-        key = dtype.str
+    def _scratch(self, elements: int, dtype: np.dtype, lane: int) -> np.ndarray:
+        key = (dtype.str, lane)
         buf = self._scratch_buffers.get(key)
         if buf is None or len(buf) < elements:
             buf = np.empty(elements, dtype)
@@ -464,7 +477,8 @@ class Communicator:
             plan = programs.rank_plan(coll, name, self.size, root, self.rank, call.unit)
             what = f"{coll.value} #{seq} ({name}) on rank {self.rank}"
             endpoint = self.transport.endpoint(seq, signature, dtype, self.ranks, self.comm_id)
-            run_plan(plan, (send, recv, self._scratch(plan.scratch_elements, dtype)), endpoint,
+            scratch = self._scratch(plan.scratch_elements, dtype, seq % self._slots)
+            run_plan(plan, (send, recv, scratch), endpoint,
                      reduce, deadline=self._deadline(timeout), what=what, seq=seq)
             if root is not None:
                 self._agree(endpoint, seq, signature, timeout)
@@ -525,4 +539,4 @@ class Communicator:
             if entry is not None:
                 fr.complete(entry)
 
-        return self._dispatch(work, result, async_op)
+        return self._dispatch(work, result, async_op, count)

@@ -129,7 +129,7 @@ class LeanPath:
         if out is None:
             out = np.empty(x.shape, dtype)
         comm = self._comm
-        if comm._broken is not None or comm._worker is not None:
+        if comm._broken is not None or comm._lanes is not None:
             return None
         run, complete, ctx, _, signature = plan
         fast = self._fast
@@ -219,7 +219,7 @@ class LeanPath:
     def barrier(self, timeout: float | None) -> bool:
         """Run a barrier; ``False`` when the communicator must take the general path."""
         comm = self._comm
-        if comm._broken is not None or comm._worker is not None:
+        if comm._broken is not None or comm._lanes is not None:
             return False
         kernel = self._barrier_kernel
         if kernel is None:

@@ -54,6 +54,18 @@ def _how(collective: Collective, opts) -> dict[str, object]:
     return {"algo": algorithm_for(collective), "timeout": seconds}
 
 
+PIECE_BYTES = 1 << 20
+"""Between hosts, an all-reduce of at least twice this many bytes runs as up to
+``Communicator.slots`` pieces at once."""
+
+
+def _pieces(view: np.ndarray, slots: int) -> list[np.ndarray]:
+    """``view`` cut into up to ``slots`` contiguous pieces of at least :data:`PIECE_BYTES`
+    (the same cut on every rank for the same size), reduced at once on the lanes."""
+    count = max(1, min(slots, view.nbytes // PIECE_BYTES))
+    return np.array_split(view, count) if count > 1 else [view]
+
+
 def _unsupported(call: str, hint: str) -> Callable:
     def method(self, *args, **kwargs):
         raise NotImplementedError(f"commflow backend: {call} is not supported; {hint}")
@@ -173,6 +185,13 @@ class CommflowProcessGroup(dist.ProcessGroup):
         views = [_flat(t, "all_reduce tensor") for t in tensors]
         op = self._op(opts, "all_reduce", views[0]) if views else "sum"
         how = _how(Collective.ALLREDUCE, opts)
+        if self.comm.slots > 1:  # between hosts: several in flight (see .work)
+            pieces = [p for v in views for p in _pieces(v, self.comm.slots)]
+
+            def start() -> list:
+                return [self.comm.allreduce(p, op, out=p, async_op=True, **how) for p in pieces]
+
+            return CommflowWork(self.world.start(start, tensors), self._what("all_reduce"))
 
         def job() -> None:
             for v in views:

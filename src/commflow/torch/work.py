@@ -1,10 +1,13 @@
 """Where the ``commflow`` backend's operations run, and the Work objects torch receives.
 
-Every process group built on one commflow world shares one progress thread: operations run
-there one after another in issue order (the runtime's transport is used from that thread only).
-Futures are completed from a small pool, not from the progress thread, so that a future's
-callbacks may issue and wait on later operations (as PowerSGD's hook does) without blocking the
-thread those operations need.
+Every process group built on one commflow world shares one progress thread: operations are
+issued there one after another in issue order, so each communicator numbers them the same way
+on every rank. Most run there to completion; all-reduces are started on the communicator's
+lanes instead (:meth:`Progress.start`), so that over the engine transport between hosts up to
+its slots' worth of them progress at once (see ``Communicator``), their per-message waits
+overlapping each other's transfers. Futures are completed from a small pool, not from the
+progress thread, so that a future's callbacks may issue and wait on later operations (as
+PowerSGD's hook does) without blocking the thread those operations need.
 
 A failed operation fails its torch future at the C++ level, so that C++ consumers such as DDP's
 reducer raise (a ``RuntimeError`` carrying commflow's message) instead of reading a bad value;
@@ -14,7 +17,7 @@ reducer raise (a ``RuntimeError`` carrying commflow's message) instead of readin
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -23,6 +26,7 @@ import torch.distributed as dist
 
 from commflow.errors import CommflowError
 from commflow.runtime import CommTimeoutError
+from commflow.runtime.calls import Handle
 
 _COMPLETERS = 4
 """Threads completing futures: how deeply callbacks may nest blocking waits."""
@@ -68,6 +72,8 @@ class Progress:
     def __init__(self, name: str = "commflow-torch") -> None:
         self._runner = ThreadPoolExecutor(1, thread_name_prefix=name)
         self._completer = ThreadPoolExecutor(_COMPLETERS, thread_name_prefix=f"{name}-done")
+        self._started = 0
+        self._idle = threading.Condition()
 
     def run(self, job: Callable[[], None]) -> None:
         """Queue ``job`` behind everything queued before it. Raises ``CommflowError`` once
@@ -101,9 +107,49 @@ class Progress:
         self.run(run)
         return outcome
 
+    def start(self, job: Callable[[], Sequence[Handle]], value: object) -> Outcome:
+        """Queue ``job``, which starts operations on a communicator and returns their
+        handles; the outcome completes with ``value`` once all of them have finished, or
+        fails with the first error (or ``job``'s own)."""
+        outcome = Outcome()
+
+        def run() -> None:
+            try:
+                handles = list(job())
+            except Exception as err:  # handed to whoever waits on the outcome
+                self.settle(outcome, error=err)
+                return
+            if not handles:
+                self.settle(outcome, value)
+                return
+            left, errors, lock = [len(handles)], [], threading.Lock()
+            with self._idle:
+                self._started += 1
+
+            def finished(error: BaseException | None) -> None:
+                with lock:
+                    if error is not None:
+                        errors.append(error)
+                    left[0] -= 1
+                    if left[0]:
+                        return
+                self.settle(outcome, value, errors[0] if errors else None)
+                with self._idle:
+                    self._started -= 1
+                    self._idle.notify_all()
+
+            for handle in handles:
+                handle.add_done_callback(finished)
+
+        self.run(run)
+        return outcome
+
     def close(self) -> None:
-        """Finish the queued operations and completions, then stop the threads."""
+        """Finish the queued operations (the started ones included) and completions, then
+        stop the threads."""
         self._runner.shutdown(wait=True)
+        with self._idle:
+            self._idle.wait_for(lambda: self._started == 0)
         self._completer.shutdown(wait=True)
 
 

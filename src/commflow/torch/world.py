@@ -14,12 +14,13 @@ from __future__ import annotations
 import secrets
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 import commflow.runtime as runtime
 from commflow.errors import CommflowError
 from commflow.runtime import Communicator
+from commflow.runtime.calls import Handle
 from commflow.torch.p2p import Message, PointToPoint
 from commflow.torch.work import Outcome, Progress
 
@@ -42,6 +43,13 @@ class World:
         with self._lock:
             self._p2p.flush()
             return self._progress.submit(job)
+
+    def start(self, job: Callable[[], Sequence[Handle]], value: object) -> Outcome:
+        """Start the held messages, then queue ``job``, which starts asynchronous operations
+        and returns their handles (see :meth:`Progress.start`)."""
+        with self._lock:
+            self._p2p.flush()
+            return self._progress.start(job, value)
 
     def hold(self, message: Message) -> Outcome:
         """Hold a send or receive until the next operation or wait (see :mod:`.p2p`)."""

@@ -6,8 +6,15 @@ each a 64-byte header (:mod:`commflow.runtime.protocol`) followed by at most ``F
 payload bytes. Receivers post buffers of the full fragment capacity, so a sender that disagrees
 about the size can never overrun one, and validate every header (magic, version, sizes,
 sender, operation signature, communicator, channel, offset) before the payload is used. One
-engine tag per ``(communicator, channel)`` keeps each ``(src, dst, comm, channel)`` stream in
-order. Nothing is pickled.
+engine tag per ``(communicator, slot, channel)`` keeps each ``(src, dst, comm, slot, channel)``
+stream in order. Nothing is pickled.
+
+Operations in flight together: over a wire that may be used from several threads
+(``Wire.threaded``, gloo's), the transport has :data:`SLOTS` slots and operation ``seq`` uses
+slot ``seq % SLOTS``, so a communicator may run up to that many operations at once, one per
+thread, each on engine streams of its own (see ``Communicator``: operation ``seq`` runs on
+its thread ``seq % SLOTS``, in issue order there). Over MPI (polled, one thread) there is one
+slot.
 
 Delay injection: with ``delay > 0`` every message is held that many seconds before it is
 handed to the engine, as a link's one-way latency would hold it. The emulated hosts of
@@ -52,12 +59,17 @@ FRAGMENT = 1 << 20
 WINDOW = 8
 """Fragments of one message a receiver keeps posted at a time."""
 
+SLOTS = 4
+"""Operations of one communicator in flight at once over a threaded wire (each on engine tags
+of its own)."""
+
 ENGINES = ("gloo", "mpi")
 """Engines :func:`open_wire` can open."""
 
 T = TypeVar("T")
 
-_SHARED_CODE = 0xFFFF
+_SHARED_CODE = 0xFFF
+_SLOT_BITS = 4
 _POLL_SLICE = 50e-6
 _SLEEP_SLICE = 2e-3
 
@@ -78,6 +90,8 @@ class Wire(Protocol):
     """Number of ranks in the job."""
     polled: bool
     """True when requests progress only while tested (MPI): waiters must poll, not sleep."""
+    threaded: bool
+    """True when requests may be posted and tested from several threads at once (gloo)."""
     on_complete: Callable[[], None]
     """Called (from the engine's threads) after a request completes, when not ``polled``."""
 
@@ -93,11 +107,12 @@ class Wire(Protocol):
         """Every rank's ``data`` (all of one length), by rank; blocking."""
 
 
-def tag_of(comm: int, channel: int) -> int:
-    """The engine tag of ``(comm, channel)``: ``comm`` modulo 2**15 in the high bits, the
-    channel in the low 16 (channels from 65535 up, e.g. the point-to-point channel, share one
-    code). Streams that share a tag stay ordered; headers tell them apart."""
-    return (comm & 0x7FFF) << 16 | min(channel, _SHARED_CODE)
+def tag_of(comm: int, channel: int, slot: int = 0) -> int:
+    """The engine tag of ``(comm, slot, channel)``: ``comm`` modulo 2**15 in the high bits,
+    the slot (below 16) in the next 4, the channel in the low 12 (channels from 4095 up, e.g.
+    the point-to-point channel, share one code). Streams that share a tag stay ordered;
+    headers tell them apart."""
+    return (comm & 0x7FFF) << 16 | slot << 12 | min(channel, _SHARED_CODE)
 
 
 def open_wire(
@@ -158,17 +173,30 @@ class EngineTransport:
         self.rank = wire.rank
         self.delay = delay
         self.checksum = checksum
+        self.slots = SLOTS if getattr(wire, "threaded", False) and not wire.polled else 1
         self.held: deque[_EngineSend] = deque()
         self.spare: list[np.ndarray] = []
-        self.woken = threading.Event()
+        self.lock = threading.Lock()
+        """Guards :attr:`held` and :attr:`spare` (operations run in several threads)."""
+        self._waiters: dict[int, threading.Event] = {}
         self.on_failure = on_failure
-        wakers = [self.woken.set] + ([wake] if wake else [])
 
         def completed() -> None:
-            for fn in wakers:
-                fn()
+            for event in list(self._waiters.values()):
+                event.set()
+            if wake is not None:
+                wake()
 
         wire.on_complete = completed
+
+    @property
+    def woken(self) -> threading.Event:
+        """The calling thread's wake-up event: set whenever a request completes."""
+        key = threading.get_ident()
+        event = self._waiters.get(key)
+        if event is None:
+            event = self._waiters[key] = threading.Event()
+        return event
 
     def endpoint(
         self, seq: int, signature: Signature, dtype: np.dtype, members: list[int], comm: int
@@ -182,10 +210,11 @@ class EngineTransport:
         until the next one is due (``inf`` when none is held)."""
         if not self.held:
             return math.inf
-        now = time.monotonic()
-        while self.held and self.held[0].release <= now:
-            self.held.popleft().post()
-        return self.held[0].release - now if self.held else math.inf
+        with self.lock:
+            now = time.monotonic()
+            while self.held and self.held[0].release <= now:
+                self.held.popleft().post()
+            return self.held[0].release - now if self.held else math.inf
 
     def wait_slice(self) -> float:
         """How long a waiter may sleep before it must look again (s)."""
@@ -193,7 +222,15 @@ class EngineTransport:
 
     def buffer(self) -> np.ndarray:
         """A receive buffer of one fragment's capacity (header included)."""
-        return self.spare.pop() if self.spare else np.empty(HEADER_BYTES + FRAGMENT, np.uint8)
+        with self.lock:
+            if self.spare:
+                return self.spare.pop()
+        return np.empty(HEADER_BYTES + FRAGMENT, np.uint8)
+
+    def recycle(self, buf: np.ndarray) -> None:
+        """Keep a receive buffer for :meth:`buffer` to hand out again."""
+        with self.lock:
+            self.spare.append(buf)
 
     def fail(self, error: CommError, seq: int) -> CommError:
         """Run the failure hook for ``error`` and return it, to be raised."""
@@ -221,13 +258,16 @@ class EngineEndpoint:
         self.dtype = dtype
         self.members = members
         self.comm = comm
+        self.slot = seq % transport.slots
 
     def start_send(self, peer: int, channel: int, parts: Sequence[np.ndarray]) -> _EngineSend:
         """Begin sending ``parts`` to communicator rank ``peer``."""
         send = _EngineSend(self, self.members[peer], channel, [p.view(np.uint8) for p in parts])
-        if self.t.delay or self.t.held:
-            self.t.held.append(send)
-            self.t.pump()
+        t = self.t
+        if t.delay or t.held:
+            with t.lock:
+                t.held.append(send)
+            t.pump()
         else:
             send.post()
         return send
@@ -245,8 +285,9 @@ class EngineEndpoint:
             if rounds > t.YIELD_AFTER:
                 os.sched_yield()
             return
-        t.woken.wait(max(0.0, min(deadline - time.monotonic(), slice_)))
-        t.woken.clear()
+        woken = t.woken
+        woken.wait(max(0.0, min(deadline - time.monotonic(), slice_)))
+        woken.clear()
 
     def where(self, src: int, dst: int) -> str:
         """``"rank 1 <- rank 0 (engine)"`` for messages."""
@@ -281,7 +322,7 @@ class _EngineSend:
     def post(self) -> None:
         """Copy every fragment behind its header and hand it to the engine."""
         e = self.e
-        tag = tag_of(e.comm, self.channel)
+        tag = tag_of(e.comm, self.channel, e.slot)
         self.inflight = deque()
         for offset, n in _fragments(self.total):
             buf = np.empty(HEADER_BYTES + n, np.uint8)
@@ -306,10 +347,12 @@ class _EngineSend:
         self.parts = []
 
     def detach(self) -> None:
-        """Copy the message if it is still held (posted fragments are copies already)."""
-        if self.inflight is None and not self.owned:
-            self.parts = [np.concatenate(self.parts) if self.parts else np.zeros(0, np.uint8)]
-            self.owned = True
+        """Copy the message if it is still held (posted fragments are copies already); under
+        the transport's lock, as another operation's thread may be posting it."""
+        with self.e.t.lock:
+            if self.inflight is None and not self.owned:
+                self.parts = [np.concatenate(self.parts) if self.parts else np.zeros(0, np.uint8)]
+                self.owned = True
 
     def poll(self) -> bool:
         self.e.t.pump()
@@ -325,7 +368,7 @@ class _EngineRecv:
 
     def __init__(self, e: EngineEndpoint, peer: int, channel: int, nbytes: int, sink) -> None:
         self.e, self.peer, self.channel, self.total, self.sink = e, peer, channel, nbytes, sink
-        self.tag = tag_of(e.comm, channel)
+        self.tag = tag_of(e.comm, channel, e.slot)
         self.pending = deque(_fragments(nbytes))
         self.posted: deque[tuple[Request, np.ndarray, int, int]] = deque()
         self.refill()
@@ -355,7 +398,7 @@ class _EngineRecv:
                 self.sink(
                     offset // e.dtype.itemsize, buf[HEADER_BYTES : HEADER_BYTES + n].view(e.dtype)
                 )
-            e.t.spare.append(buf)
+            e.t.recycle(buf)
             self.refill()
         return not self.posted
 

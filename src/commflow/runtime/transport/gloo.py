@@ -107,6 +107,7 @@ class GlooWire:
     """Tagged point-to-point messages over a gloo process group; see :class:`.engine.Wire`."""
 
     polled = False
+    threaded = True
 
     def __init__(self, group, store, rank: int, size: int) -> None:
         self.group = group
@@ -114,6 +115,7 @@ class GlooWire:
         self.rank = rank
         self.size = size
         self.lanes: dict[tuple[int, bool, int], _Lane] = {}
+        self._lanes_lock = threading.Lock()
         self.gathers = 0
         self.on_complete: Callable[[], None] = lambda: None
         _WIRES.add(self)
@@ -180,13 +182,14 @@ class GlooWire:
     def _watch(self, work, tensor, peer: int, sending: bool, tag: int) -> GlooRequest:
         request = GlooRequest(work, tensor)
         key = (peer, sending, tag)
-        lane = self.lanes.get(key)
-        if lane is None:
-            lane = _Lane(
-                f"commflow-gloo-{'send' if sending else 'recv'}-{peer}-{tag}",
-                lambda: self.on_complete(),
-            )
-            self.lanes[key] = lane
+        with self._lanes_lock:  # operations in flight together post from several threads
+            lane = self.lanes.get(key)
+            if lane is None:
+                lane = _Lane(
+                    f"commflow-gloo-{'send' if sending else 'recv'}-{peer}-{tag}",
+                    lambda: self.on_complete(),
+                )
+                self.lanes[key] = lane
         lane.requests.put(request)
         return request
 

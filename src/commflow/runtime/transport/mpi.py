@@ -32,6 +32,7 @@ class MpiWire:
     """Tagged point-to-point messages over MPI; see :class:`.engine.Wire`."""
 
     polled = True
+    threaded = False
 
     def __init__(self, comm, mpi) -> None:
         self.comm = comm

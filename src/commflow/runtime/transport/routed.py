@@ -49,7 +49,8 @@ class RoutedTransport:
     ``hosts[g]`` is the host index of global rank ``g``. Engine completions ring this rank's
     shared-memory doorbell, and an engine failure aborts the host's other ranks too. With
     ``checksum`` engine messages carry their payload's CRC-32 (the shared-memory transport
-    has its own setting).
+    has its own setting). When every rank is alone on its host, :attr:`slots` operations may
+    run at once (the engine's; see :mod:`.engine`), else one.
     """
 
     def __init__(
@@ -61,6 +62,8 @@ class RoutedTransport:
         self.shm = shm
         if shm is None:
             self.engine = EngineTransport(wire, delay=delay, checksum=checksum)
+            if len(set(self.hosts)) < len(self.hosts):
+                self.engine.slots = 1  # the same on every rank: other hosts use shared memory
             return
         host = shm.host
 
@@ -72,6 +75,12 @@ class RoutedTransport:
             wire, delay=delay, wake=lambda: host.ring(host.me), on_failure=abort,
             checksum=checksum,
         )
+        self.engine.slots = 1  # shared memory runs one operation at a time
+
+    @property
+    def slots(self) -> int:
+        """Operations of one communicator that may be in flight at once."""
+        return self.engine.slots
 
     def endpoint(
         self, seq: int, signature: Signature, dtype: np.dtype, members: list[int], comm: int

@@ -38,6 +38,9 @@ class ShmTransport:
     SPIN_ROUNDS = 200
     YIELD_AFTER = 50
 
+    slots = 1
+    """Operations of one communicator in flight at once: one (staging areas are shared)."""
+
     def __init__(self, host: ShmHost, ranks: list[int], *, checksum: bool = False) -> None:
         self.host = host
         self.checksum = checksum

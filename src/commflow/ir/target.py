@@ -27,7 +27,6 @@ exported file's ``maxBytes``), chunks are counted at that size.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,8 +37,9 @@ import numpy as np
 from commflow.collectives import Collective
 from commflow.errors import ProgramError
 from commflow.ir.matching import match_transfers
-from commflow.ir.program import Program, StepTable
+from commflow.ir.program import Program
 from commflow.ir.step import Op
+from commflow.ir.transform import with_deps
 
 PROTOCOLS = ("Simple", "LL", "LL128")
 """NCCL protocols an MSCCL algorithm may name."""
@@ -234,23 +234,4 @@ def bounded(program: Program, target: Target, *, chunk_bytes: float | None = Non
         joint = np.isin(owners, fused)
         owners = np.concatenate((owners, owners[joint] - 1))
         deps = np.concatenate((deps, deps[joint]))
-    return _with_deps(program, owners, deps) if len(owners) else program
-
-
-def _with_deps(program: Program, owners: np.ndarray, deps: np.ndarray) -> Program:
-    """``program`` with ``deps[k]`` added to the dependencies of step ``owners[k]``."""
-    t = program.table
-    n = len(t)
-    old_owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(t.dep_ptr))
-    owner = np.concatenate((old_owner, owners.astype(np.int64)))
-    dep = np.concatenate((t.dep_idx, deps.astype(np.int64)))
-    order = np.lexsort((dep, owner))
-    owner, dep = owner[order], dep[order]
-    keep = np.r_[True, (owner[1:] != owner[:-1]) | (dep[1:] != dep[:-1])]
-    owner, dep = owner[keep], dep[keep]
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
-    columns = {c.name: getattr(t, c.name) for c in dataclasses.fields(StepTable)
-               if c.name not in ("dep_ptr", "dep_idx")}
-    table = StepTable.from_columns(columns, ptr, dep)
-    return dataclasses.replace(program, table=table)
+    return with_deps(program, owners, deps) if len(owners) else program

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from commflow.collectives import Collective
 from commflow.errors import ProgramError
 from commflow.ir.build import make_program
-from commflow.ir.program import Program
+from commflow.ir.program import Program, StepTable
 from commflow.ir.step import Buffer, Op
 
 _BLOCKED = {
@@ -244,3 +245,23 @@ def split_channels(program: Program, most: int) -> Program:
         columns=columns, root=program.root, dep_ptr=dep_ptr, dep_idx=dep[order],
         switches=len(program.participants) - program.nranks, params=params,
     )
+
+
+def with_deps(program: Program, owners: np.ndarray, deps: np.ndarray) -> Program:
+    """``program`` with ``deps[k]`` added to the dependencies of step ``owners[k]`` (each
+    step's dependencies sorted, duplicates dropped)."""
+    t = program.table
+    n = len(t)
+    old_owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(t.dep_ptr))
+    owner = np.concatenate((old_owner, owners.astype(np.int64)))
+    dep = np.concatenate((t.dep_idx, deps.astype(np.int64)))
+    order = np.lexsort((dep, owner))
+    owner, dep = owner[order], dep[order]
+    keep = np.r_[True, (owner[1:] != owner[:-1]) | (dep[1:] != dep[:-1])]
+    owner, dep = owner[keep], dep[keep]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
+    columns = {c.name: getattr(t, c.name) for c in dataclasses.fields(StepTable)
+               if c.name not in ("dep_ptr", "dep_idx")}
+    table = StepTable.from_columns(columns, ptr, dep)
+    return dataclasses.replace(program, table=table)

@@ -103,13 +103,13 @@ def choose(
     bandwidth-optimal one above."""
     if algo != "auto":
         return algo
+    _active_table()  # loads COMMFLOW_TUNING_TABLE on first use, a new generation
     key = (collective, nranks, nbytes, fast_path, generation)
     chosen = _chosen.get(key)
     if chosen is None:
-        chosen = _choose(collective, nranks, nbytes, fast_path)
         if len(_chosen) > 4096:
             _chosen.clear()
-        _chosen[(collective, nranks, nbytes, fast_path, generation)] = chosen
+        chosen = _chosen[key] = _choose(collective, nranks, nbytes, fast_path)
     return chosen
 
 

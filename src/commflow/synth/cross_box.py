@@ -17,11 +17,14 @@ and a partial bound for another box never waits for one of its own box, so no cy
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
-from commflow.ir import Buffer, Op, Program, make_program
+from commflow.ir import Buffer, Op, Program
+from commflow.ir.transform import with_deps
 from commflow.topology.graph import Topology
 
 
@@ -68,18 +71,7 @@ def cross_box_first(program: Program, topology: Topology) -> Program:
             extra[i] = gate
     if not extra:
         return program
-    counts = np.diff(t.dep_ptr)
-    at = np.fromiter(extra, dtype=np.int64)
-    counts[at] += 1
-    dep_ptr = np.concatenate(([0], np.cumsum(counts)))
-    dep_idx = np.empty(dep_ptr[-1], dtype=np.int64)
-    shift = np.repeat(dep_ptr[:-1] - t.dep_ptr[:-1], np.diff(t.dep_ptr))
-    dep_idx[np.arange(len(t.dep_idx)) + shift] = t.dep_idx
-    dep_idx[dep_ptr[at + 1] - 1] = np.fromiter(extra.values(), dtype=np.int64)
-    names = ("part", "chan", "op", "peer", "src_buf", "src_off", "dst_buf", "dst_off", "count")
-    return make_program(
-        program.name, program.collective, program.nranks, chunk_factor=program.chunk_factor,
-        columns={k: getattr(t, k) for k in names}, root=program.root, dep_ptr=dep_ptr,
-        dep_idx=dep_idx, switches=len(program.participants) - program.nranks,
-        params={**dict(program.params), "order": "cross-box first"},
-    )  # fmt: skip
+    owners = np.fromiter(extra, dtype=np.int64)
+    gated = with_deps(program, owners, np.fromiter(extra.values(), dtype=np.int64))
+    params = {**dict(program.params), "order": "cross-box first"}
+    return dataclasses.replace(gated, params=tuple(sorted(params.items())))

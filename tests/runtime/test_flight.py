@@ -138,11 +138,15 @@ def test_recorder_can_be_turned_off(monkeypatch):
     run_world(_disabled, 2)
 
 
-def _sub_mismatch(comm):
+def _sub_mismatch(comm, path):
     sub = comm.split(comm.rank % 2)
     x = np.arange(16, dtype=np.float32)
     sub.allreduce(x, algo="ring", timeout=20)
+    if comm.rank % 2 == 0:  # the world's split is over here (completed in the record)
+        Path(f"{path}/split-done-{comm.rank}").touch()
     if comm.rank == 3:
+        while not all(Path(f"{path}/split-done-{r}").exists() for r in (0, 2)):
+            time.sleep(0.01)
         sub.allreduce(x[:8], algo="ring", timeout=20)
     else:
         sub.allreduce(x, algo="ring", timeout=20)
@@ -150,11 +154,12 @@ def _sub_mismatch(comm):
 
 
 def test_sub_communicator_records_are_diagnosed_apart(tmp_path, monkeypatch):
-    monkeypatch.setenv("COMMFLOW_DUMP_DIR", str(tmp_path))
-    results = run_world(_sub_mismatch, 4, timeout=30, expect_failure=True)
+    dumps = tmp_path / "dumps"
+    monkeypatch.setenv("COMMFLOW_DUMP_DIR", str(dumps))
+    results = run_world(_sub_mismatch, 4, str(tmp_path), timeout=30, expect_failure=True)
     for rank in (1, 3):  # (a mismatch aborts the host: ranks 0 and 2 may fail too)
         assert results[rank][1].startswith("CommMismatchError"), results[rank]
-    findings = diagnose(load_records([tmp_path]))
+    findings = diagnose(load_records([dumps]))
     world = findings[0]
     assert (world.comm_id, world.ok, world.message) == (
         0, True, "all ranks completed seq 0; no mismatch")  # split's allgather
@@ -164,7 +169,7 @@ def test_sub_communicator_records_are_diagnosed_apart(tmp_path, monkeypatch):
                            f"rank 0 called allreduce (64 B), rank 1 allreduce (32 B) (no "
                            f"majority: any of them may be the one out of step)")
     (even,) = [f for f in findings if [r.global_rank for r in f.records] == [0, 2]]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+    assert sorted(p.name for p in dumps.iterdir()) == sorted(
         [f"flight-rank{r}.json" for r in range(4)]
         + [f"flight-comm{f.comm_id}-rank{r}.json" for f, ranks in ((odd, (1, 3)), (even, (0, 2)))
            for r in ranks])

@@ -16,9 +16,15 @@ from typing import Protocol
 import numpy as np
 
 from commflow.ir import Op
-from commflow.runtime.errors import CommTimeoutError
+from commflow.runtime.errors import CommError, CommMismatchError, CommTimeoutError
 from commflow.runtime.ops import Reducer
 from commflow.runtime.plan import PlannedStep, RankPlan, Segment
+
+MISMATCH_GRACE = 2.0
+"""Seconds a rank that found a mismatch keeps sending what it posted before it raises, so
+that its peers read its messages and name the mismatch too (over a rendezvous engine such as
+gloo a message goes out only once the peer asked for it: raising and exiting first would
+leave them a reset connection)."""
 
 
 class Pending(Protocol):
@@ -173,23 +179,46 @@ def run_plan(plan: RankPlan, buffers: Sequence[np.ndarray], endpoint: Endpoint,
                 moved = True
         return moved
 
+    try:
+        rounds = 0
+        while remaining or any(outbox.values()):
+            moved = flush()
+            for ch in channels:
+                moved |= advance(ch)
+            moved |= flush()
+            if moved:
+                rounds = 0
+                continue
+            rounds += 1
+            if time.monotonic() > deadline:
+                raise _timed_out(plan, channels, outbox, what, seq)
+            endpoint.idle(rounds, deadline)
+    except CommMismatchError:
+        _drain(flush, outbox, endpoint, min(deadline, time.monotonic() + MISMATCH_GRACE))
+        raise
+
+
+def _timed_out(plan: RankPlan, channels: list[_Channel], outbox: dict, what: str,
+               seq: int) -> CommTimeoutError:
+    """The error of a call whose deadline passed, naming what waits and on which peers."""
+    waiting = [plan.steps[c.steps[c.index]] for c in channels if c.index < len(c.steps)]
+    peers = {s.peer for s in waiting if s.peer >= 0} | {p for p, q in outbox.items() if q}
+    first = (f"channel {waiting[0].channel} waits in a {waiting[0].op.name.lower()} "
+             f"with rank {waiting[0].peer}") if waiting else "sends are not consumed"
+    return CommTimeoutError(
+        f"{what}: timed out; {first}; peers not heard from: {sorted(peers)}. A peer "
+        f"may have died or called a different operation; raise the timeout if the work "
+        f"is just slow", op=what, seq=seq, peers=tuple(sorted(peers)))
+
+
+def _drain(flush: Callable[[], bool], outbox: dict, endpoint: Endpoint, until: float) -> None:
+    """Let the sends already posted go out until ``until`` (see :data:`MISMATCH_GRACE`); a
+    peer that fails meanwhile ends it (the caller raises its own error)."""
     rounds = 0
-    while remaining or any(outbox.values()):
-        moved = flush()
-        for ch in channels:
-            moved |= advance(ch)
-        moved |= flush()
-        if moved:
-            rounds = 0
-            continue
-        rounds += 1
-        if time.monotonic() > deadline:
-            waiting = [plan.steps[c.steps[c.index]] for c in channels if c.index < len(c.steps)]
-            peers = {s.peer for s in waiting if s.peer >= 0} | {p for p, q in outbox.items() if q}
-            first = (f"channel {waiting[0].channel} waits in a {waiting[0].op.name.lower()} "
-                     f"with rank {waiting[0].peer}") if waiting else "sends are not consumed"
-            raise CommTimeoutError(
-                f"{what}: timed out; {first}; peers not heard from: {sorted(peers)}. A peer "
-                f"may have died or called a different operation; raise the timeout if the work "
-                f"is just slow", op=what, seq=seq, peers=tuple(sorted(peers)))
-        endpoint.idle(rounds, deadline)
+    try:
+        while any(outbox.values()) and time.monotonic() < until:
+            if not flush():
+                rounds += 1
+                endpoint.idle(rounds, until)
+    except CommError:
+        return

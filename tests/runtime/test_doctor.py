@@ -31,7 +31,7 @@ def play(fr: FlightRecorder, calls, *, last: str = "completed") -> None:
         if seq < len(calls) - 1 or last == "completed":
             fr.complete(entry)
         elif last == "failed":
-            fr.fail_active()
+            fr.fail()
 
 
 def world(tmp_path, histories, *, last="completed"):
@@ -70,7 +70,7 @@ def test_rank_that_entered_only_after_a_failure_is_named(tmp_path):
             fr.failed_peer, fr.failed_at = 0, time.monotonic()
             fr.record(3, "allreduce", F32, 4 << 20, reduce="sum", root=None, peer=None,
                       algo="ring", started=True)
-            fr.fail_active()
+            fr.fail()
             assert [e["late"] for e in fr.snapshot("test")["entries"]] == [False] * 3 + [True]
         fr.dump(fr.default_path())
     (found,) = diagnose(load_records([tmp_path]))
@@ -153,7 +153,7 @@ def test_states_follow_the_operation(tmp_path):
     fr.start(a, "ring")
     fr.complete(a)
     fr.start(b, "p2p")
-    fr.fail_active()
+    fr.fail()
     entries = fr.snapshot("test")["entries"]
     assert [(e["kind"], e["algorithm"], e["state"]) for e in entries] == [
         ("collective", "ring", "completed"), ("p2p", "p2p", "failed")]

@@ -6,6 +6,7 @@ Results are compared exactly with numpy references (small integers, also in floa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ import commflow.runtime as runtime
 from commflow import algorithms
 from commflow.errors import CommflowError
 from commflow.runtime.cluster import link_delay
+from commflow.runtime.errors import CommMismatchError
 from commflow.runtime.launcher import free_port
 from commflow.runtime.transport import engine
 from commflow.runtime.transport.routed import RoutedTransport, host_indices, host_key
@@ -419,6 +421,24 @@ def test_a_mismatch_on_a_lane_raises_mismatch(place):
     for ok, text in run_world(_mismatch_on_a_lane, 2, timeout=30, expect_failure=True):
         assert not ok and text.startswith("CommMismatchError: rank"), text
         assert "operation #1 allreduce(" in text, text
+
+
+def _failure_among_lanes(comm):
+    first = comm.allreduce(np.ones(10 if comm.rank == 0 else 20, np.float32), algo="ring",
+                           async_op=True, timeout=20)
+    if comm.rank == 1:
+        time.sleep(0.5)  # rank 0's operation #1 is running when #0 fails there
+    second = comm.allreduce(np.ones(4, np.float32), algo="ring", async_op=True, timeout=20)
+    with pytest.raises(CommMismatchError):
+        first.wait()
+    return second.wait().tolist()
+
+
+def test_the_failed_operation_is_the_one_marked_failed_among_lanes(place, tmp_path):
+    place([0, 1], COMMFLOW_DUMP_DIR=str(tmp_path))
+    assert run_world(_failure_among_lanes, 2, timeout=30) == [[2.0] * 4] * 2
+    entries = json.loads((tmp_path / "flight-rank0.json").read_text())["entries"]
+    assert [(e["seq"], e["state"]) for e in entries] == [(0, "failed"), (1, "started")]
 
 
 def test_one_slot_over_shared_memory_or_mpi():

@@ -279,12 +279,15 @@ class FlightRecorder:
         """Close the next straggler window after collective ``seq``."""
         self.window_end = self.log[1] = seq
 
-    def fail_active(self) -> None:
-        """Mark the operation in progress (if any) failed."""
-        r = self._active
-        if r is not None and r.state == STARTED:
+    def fail(self, r: _Record | None = None) -> None:
+        """Mark operation ``r`` failed (default: the one started last, if still running;
+        with several operations in flight on lanes the caller names the one that failed)."""
+        if r is None:
+            r, self._active = self._active, None
+        elif r is self._active:
+            self._active = None
+        if r is not None and r.state in (SCHEDULED, STARTED):
             r.state, r.t_end = FAILED, time.monotonic()
-        self._active = None
 
     def snapshot(self, trigger: str) -> dict:
         """The dump as a JSON-ready dict: metadata, then the records oldest first."""
@@ -409,12 +412,14 @@ _LIVE: weakref.WeakSet[FlightRecorder] = weakref.WeakSet()
 """This process's recorders (one per communicator), for :func:`report_failure`."""
 
 
-def report_failure(recorder: FlightRecorder, host, global_rank: int, error: Exception) -> None:
-    """After ``error`` (a failed operation): mark the operation failed, dump the record and
+def report_failure(recorder: FlightRecorder, host, global_rank: int, error: Exception,
+                   entry: _Record | None = None) -> None:
+    """After ``error`` (a failed operation, recorded as ``entry``; default: the one started
+    last): mark the operation failed, dump the record and
     those of this process's other communicators (now, not from their watcher threads: the
     process may exit right after the error), ask the host's other ranks to dump theirs, and
     name the file at the end of the message."""
-    recorder.fail_active()
+    recorder.fail(entry)
     path = recorder.dump_after(f"{type(error).__name__}: {error}", failed=True)
     for other in list(_LIVE):
         if other is not recorder:

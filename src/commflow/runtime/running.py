@@ -76,7 +76,7 @@ class CallRunner:
             reduce=call.op if call.collective in _REDUCES else None,
             root=call.root if call.collective in _ROOTED else None)
         return self._dispatch(lambda: self._run(call, timeout, seq, entry), result, async_op,
-                              seq)
+                              seq, entry)
 
     def _small_allreduce(self, a: np.ndarray, b: np.ndarray, op: str,
                          timeout: float | None) -> None:
@@ -105,21 +105,22 @@ class CallRunner:
         if entry is not None:
             fr.complete(entry)
 
-    def _dispatch(self, work: Callable[[], None], result, async_op: bool, seq: int):
-        """Run ``work`` (operation ``seq``) now, or once async operations were used on lane
-        ``seq % slots``: a thread per slot of the transport (see
+    def _dispatch(self, work: Callable[[], None], result, async_op: bool, seq: int,
+                  entry=None):
+        """Run ``work`` (operation ``seq``, flight record ``entry``) now, or once async
+        operations were used on lane ``seq % slots``: a thread per slot of the transport (see
         :mod:`commflow.runtime.transport.engine`; one over shared memory), first in first out,
         so every rank runs the same operations in the same order on each lane, each lane on
         engine tags of its own, and up to ``slots`` operations progress at once."""
         self._check_usable()
         if not async_op and self._lanes is None:
-            self._guarded(work)
+            self._guarded(work, entry)
             return result
         if self._lanes is None:
             self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"commflow-{i}")
                            for i in range(self._slots)]
         lane = self._lanes[seq % self._slots]
-        handle = Handle(lane.submit(self._guarded, work), result)
+        handle = Handle(lane.submit(self._guarded, work, entry), result)
         return handle if async_op else handle.wait()
 
     def _check_usable(self) -> None:
@@ -128,10 +129,10 @@ class CallRunner:
                                    f"{self._broken}; its ranks may be out of step, so create a "
                                    f"new communicator (commflow.init) to continue")
 
-    def _guarded(self, work: Callable[[], None]) -> None:
-        """Run ``work``; a timeout marks the communicator unusable (see
-        :meth:`_check_usable`); any failure dumps the flight record (see
-        :func:`commflow.runtime.flight.report_failure`)."""
+    def _guarded(self, work: Callable[[], None], entry=None) -> None:
+        """Run ``work`` (the operation of flight record ``entry``, if known); a timeout
+        marks the communicator unusable (see :meth:`_check_usable`); any failure dumps the
+        flight record (see :func:`commflow.runtime.flight.report_failure`)."""
         self._check_usable()
         try:
             work()
@@ -139,7 +140,7 @@ class CallRunner:
             if isinstance(err, CommTimeoutError):
                 self._broken = f"a timeout ({err.op} #{err.seq})"
             if self._flight is not None:
-                flight.report_failure(self._flight, self._host, self.spec.rank, err)
+                flight.report_failure(self._flight, self._host, self.spec.rank, err, entry)
             raise
 
     def _next_seq(self) -> int:
@@ -262,4 +263,4 @@ class CallRunner:
             if entry is not None:
                 fr.complete(entry)
 
-        return self._dispatch(work, result, async_op, count)
+        return self._dispatch(work, result, async_op, count, entry)

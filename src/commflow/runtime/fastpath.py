@@ -19,12 +19,13 @@ copy of the input: a segment is staged before any of its output is written, and 
 only the part of its output that the staged segment covers.
 
 **Variants.** How a call is cut is a :class:`Variant`: the largest allreduce segment reduced
-one-shot (every rank reduces all of it), the bytes staged per round, and how long a waiting
-rank polls before it yields its CPU. ``shm`` runs the
-defaults; a variant is named ``shm:one_shot=1M:segment=4M`` (fields that differ from the
-defaults), which ``algo=`` accepts and a tuning table may name for ``auto`` per size, as NCCL's
-tuner picks a protocol and channel count per size. The name is part of the call's signature,
-so ranks that run different variants fail with ``CommMismatchError``.
+one-shot (every rank reduces all of it), the bytes staged per round, how long a waiting
+rank polls before it yields its CPU, and whether data is staged at all (``copy="cma"``: each
+rank reads its peers' buffers with ``process_vm_readv`` instead, :mod:`commflow.runtime.cma`).
+``shm`` runs the defaults; a variant is named ``shm:one_shot=1M:segment=4M`` (fields that
+differ from the defaults), which ``algo=`` accepts and a tuning table may name for ``auto``
+per size, as NCCL's tuner picks a protocol and channel count per size. The name is part of
+the call's signature, so ranks that run different variants fail with ``CommMismatchError``.
 """
 
 from __future__ import annotations

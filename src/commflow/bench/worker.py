@@ -3,8 +3,10 @@
 Every rank reads the :class:`~commflow.bench.spec.RunSpec` the parent wrote, joins the
 implementation's job, and for every size and placement runs ``warmup`` untimed iterations of
 every algorithm, then ``iters`` timed rounds in which the algorithms take turns, one iteration
-each (so that a load changing on the host affects them alike, and none is always the first
-after a new size; a program file among the algorithms is loaded once, :mod:`.algos`). Each iteration
+each, in an order drawn per round (the same on every rank): a load changing on the host
+affects them alike, and none always runs first after a new size or after the same other
+algorithm, whose buffers evicted its own from the caches (a program file among the
+algorithms is loaded once, :mod:`.algos`). Each iteration
 first resets the buffers (:meth:`Case.prepare`, untimed), then enters the implementation's own
 barrier; the rank times only the collective call (``time.perf_counter``). In the last round
 every rank counts the elements of each algorithm's result that differ from the expected
@@ -20,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from commflow.bench.algos import label, resolve
 from commflow.bench.cases import Case, CaseSpec, wrong_values
 from commflow.bench.impl import Ranks, module
@@ -33,8 +37,9 @@ from commflow.runtime import dtype_of
 def _measure(ranks: Ranks, spec: RunSpec, algos: list[tuple[str, str | Program]],
              case: Case) -> list[dict]:
     """Warm up every algorithm (``--algo`` entries and what they resolve to), then time
-    ``spec.iters`` rounds of ``case``, one iteration of each algorithm per round; check each
-    one's result in the last round."""
+    ``spec.iters`` rounds of ``case``, one iteration of each algorithm per round in an order
+    drawn per round (seeded by the round: every rank calls the same); check each one's result
+    in the last round."""
     calls = [ranks.operation(algo, case) for _, algo in algos]
     for call in calls:
         for _ in range(spec.warmup):
@@ -44,7 +49,8 @@ def _measure(ranks: Ranks, spec: RunSpec, algos: list[tuple[str, str | Program]]
     times: list[list[float]] = [[] for _ in calls]
     wrong = [0] * len(calls)
     for i in range(spec.iters):
-        for j, call in enumerate(calls):
+        for j in np.random.default_rng(i).permutation(len(calls)).tolist():
+            call = calls[j]
             case.prepare()
             ranks.barrier()
             start = time.perf_counter()

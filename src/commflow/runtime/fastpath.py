@@ -34,7 +34,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -95,9 +95,10 @@ class Variant:
                 raise CommflowError(f"fast path variant: {field.name} must be an integer >= "
                                     f"{least}, got {value!r}")
 
-    @property
+    @cached_property
     def name(self) -> str:
-        """``shm`` for the defaults, else ``shm:FIELD=SIZE:...`` with the fields that differ."""
+        """``shm`` for the defaults, else ``shm:FIELD=SIZE:...`` with the fields that differ
+        (made once per variant: every fast-path call names its variant)."""
         default = Variant()
         parts = [f"{f.name}={_text(getattr(self, f.name))}" for f in fields(self)
                  if getattr(self, f.name) != getattr(default, f.name)]

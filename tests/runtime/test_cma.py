@@ -37,8 +37,9 @@ def test_names_and_what_a_call_runs_as():
     assert effective(Variant(one_shot=1 << 20, copy=CMA), AR, 512 << 10, 4) == \
         Variant(one_shot=1 << 20)
     assert effective(cma_2m, AR, 8 << 20, 2) == cma_2m
-    # no scratch to cut in an allgather: the segment does not count
-    assert effective(cma_2m, AG, 8 << 20, 2) == Variant(copy=CMA)
+    # an out-of-place allgather copies and reads a segment at a time; a broadcast reads once
+    assert effective(cma_2m, AG, 8 << 20, 2) == cma_2m
+    assert effective(cma_2m, Collective.BROADCAST, 8 << 20, 2) == Variant(copy=CMA)
     assert effective(cma_2m, RS, 8 << 20, 4) == cma_2m
     assert "shm:copy=cma" in fastpath.variants(AG)
     assert not any("cma" in n for n in fastpath.variants(AG, cma=False))

@@ -7,8 +7,10 @@ host's segment (:attr:`ShmHost.cma <commflow.runtime.transport.shm_host.ShmHost.
 nothing is pickled) and raises its flag (the fast path's flag protocol: sequence number and
 signature, so ranks on different variants fail with ``CommMismatchError``); then:
 
-- **allgather**: rank r reads every peer's input straight into its block of its output (and
-  copies its own): one copy per byte, where the staged path copies in and out;
+- **allgather**: in place, rank r reads every peer's input straight into the peer's block of
+  its output: one copy per byte, where the staged path copies in and out; out of place, it
+  copies ``segment`` bytes of its input into its own block, raises a flag and reads the same
+  piece of every peer's block from the peer's output, still in the peer's caches;
 - **reduce-scatter**: rank r reads block r of every peer's input into a scratch of
   ``segment`` bytes at a time and reduces it into its output (its own block first, then the
   peers by rank);
@@ -75,11 +77,12 @@ class CrossMemoryPaths:
         n, me = self.n, self.me
         others = [r for r in range(n) if r != me]
         if collective is Collective.ALLGATHER:
-            for r in others:
-                reader.read(r, _SEND, 0, recv[r * unit:(r + 1) * unit])
             mine = recv[me * unit:(me + 1) * unit]
-            if _address(mine) != _address(send):
-                mine[...] = send
+            if _address(mine) == _address(send):
+                for r in others:
+                    reader.read(r, _SEND, 0, recv[r * unit:(r + 1) * unit])
+            else:
+                self._gather_copied(reader, others, send, recv, unit, segment, wait)
         elif collective is Collective.REDUCESCATTER:
             self._reduce(reader, others, send, me * unit, recv, unit, reduce, segment)
         elif collective is Collective.ALLREDUCE:
@@ -90,6 +93,20 @@ class CrossMemoryPaths:
         elif me != root:
             reader.read(root, _SEND, 0, recv[:unit])
         wait()
+
+    def _gather_copied(self, reader: _Reader, others: list[int], send: np.ndarray,
+                       recv: np.ndarray, unit: int, segment: int, wait) -> None:
+        """Out-of-place allgather: copy ``segment`` bytes of the input into this rank's block
+        of the output, raise a flag, read the same piece of every peer's block from the
+        peer's output while it is still in the peer's caches; then the next piece."""
+        step = max(1, segment // send.itemsize)
+        me, size = self.me, send.itemsize
+        for lo in range(0, unit, step):
+            hi = min(unit, lo + step)
+            recv[me * unit + lo:me * unit + hi] = send[lo:hi]
+            wait()
+            for r in others:
+                reader.read(r, _RECV, (r * unit + lo) * size, recv[r * unit + lo:r * unit + hi])
 
     def _reduce(self, reader: _Reader, others: list[int], send: np.ndarray, start: int,
                 out: np.ndarray, count: int, reduce: Reducer, segment: int,

@@ -182,8 +182,8 @@ def effective(options: Variant, collective: Collective, staged: int, nranks: int
         return DEFAULT  # one-shot either way
     if copy == CMA and allreduce and staged <= one_shot:
         copy = STAGE  # one-shot allreduces stage
-    if staged <= min(segment, SEGMENT) or copy == CMA and collective not in _REDUCING:
-        segment = SEGMENT  # one segment either way, or no scratch to cut
+    if staged <= min(segment, SEGMENT) or copy == CMA and collective not in _CUT:
+        segment = SEGMENT  # one segment either way, or a broadcast's single read
     if not allreduce or copy == CMA or nranks <= 2 and staged > max(one_shot, ONE_SHOT):
         one_shot = ONE_SHOT  # no one-shot call either way; two ranks reduce every segment so
     if (one_shot, segment, copy) == (options.one_shot, options.segment, options.copy):
@@ -191,7 +191,7 @@ def effective(options: Variant, collective: Collective, staged: int, nranks: int
     return Variant(one_shot, segment, options.spin, copy)
 
 
-_REDUCING = (Collective.ALLREDUCE, Collective.REDUCESCATTER)
+_CUT = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER)
 
 
 class SharedBufferPaths:

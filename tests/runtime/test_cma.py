@@ -98,6 +98,24 @@ def test_every_collective_dtype_and_placement_is_exact(nranks):
     assert not failures, "\n".join(failures[:20])
 
 
+def _mixed_placement(comm):
+    n, r, count = comm.size, comm.rank, 50_001
+    inputs = [np.arange(count, dtype=np.int64) * (q + 1) for q in range(n)]
+    out = np.zeros(n * count, np.int64)
+    block = out[r * count:(r + 1) * count]
+    block[...] = inputs[r]
+    send = block if r % 2 else inputs[r]  # odd ranks in place, even ranks out of place
+    comm.allgather(send, algo="shm:segment=64K:copy=cma", out=out)
+    after = comm.allgather(np.full(3, r), algo="shm")  # the ranks' flags still agree
+    return np.array_equal(out, np.concatenate(inputs)) and after.tolist() == \
+        [q for q in range(n) for _ in range(3)]
+
+
+def test_an_allgather_with_ranks_in_and_out_of_place_is_exact():
+    for nranks in (2, 4):
+        assert run_world(_mixed_placement, nranks, timeout=20) == [True] * nranks
+
+
 def _mixed(comm):
     name = "shm" if comm.rank == 0 else "shm:copy=cma"
     comm.allgather(np.ones(1 << 18, np.float32), algo=name)

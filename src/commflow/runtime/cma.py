@@ -77,9 +77,9 @@ class CrossMemoryPaths:
         n, me = self.n, self.me
         others = [r for r in range(n) if r != me]
         if collective is Collective.ALLGATHER:
-            mine = recv[me * unit:(me + 1) * unit]
-            if _address(mine) == _address(send):
-                for r in others:
+            block = unit * send.itemsize  # every rank in place, by the published lines:
+            if all(host.cma[r][_SEND] == host.cma[r][_RECV] + r * block for r in range(n)):
+                for r in others:  # the same flags on every rank, whatever its own placement
                     reader.read(r, _SEND, 0, recv[r * unit:(r + 1) * unit])
             else:
                 self._gather_copied(reader, others, send, recv, unit, segment, wait)
@@ -96,14 +96,17 @@ class CrossMemoryPaths:
 
     def _gather_copied(self, reader: _Reader, others: list[int], send: np.ndarray,
                        recv: np.ndarray, unit: int, segment: int, wait) -> None:
-        """Out-of-place allgather: copy ``segment`` bytes of the input into this rank's block
-        of the output, raise a flag, read the same piece of every peer's block from the
-        peer's output while it is still in the peer's caches; then the next piece."""
+        """Allgather where some rank is out of place: copy ``segment`` bytes of the input into
+        this rank's block of the output (unless in place), raise a flag, read the same piece
+        of every peer's block from the peer's output while it is still in the peer's caches;
+        then the next piece."""
         step = max(1, segment // send.itemsize)
         me, size = self.me, send.itemsize
+        copy = _address(recv) + me * unit * size != _address(send)
         for lo in range(0, unit, step):
             hi = min(unit, lo + step)
-            recv[me * unit + lo:me * unit + hi] = send[lo:hi]
+            if copy:
+                recv[me * unit + lo:me * unit + hi] = send[lo:hi]
             wait()
             for r in others:
                 reader.read(r, _RECV, (r * unit + lo) * size, recv[r * unit + lo:r * unit + hi])

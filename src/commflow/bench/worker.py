@@ -1,12 +1,16 @@
 """The rank side of ``commflow bench``: ``python -m commflow.bench.worker SPEC.json``.
 
 Every rank reads the :class:`~commflow.bench.spec.RunSpec` the parent wrote, joins the
-implementation's job, and for every size and placement runs every algorithm in turn (so that a
-load changing on the host affects them alike): ``warmup`` untimed iterations, then ``iters``
-timed ones (a program file among the algorithms is loaded once, :mod:`.algos`). Each iteration
+implementation's job, and for every size and placement runs ``warmup`` untimed iterations of
+every algorithm, then ``iters`` timed rounds in which the algorithms take turns, one iteration
+each, in an order drawn per round (the same on every rank): a load changing on the host
+affects them alike, and none always runs first after a new size or after the same other
+algorithm, whose buffers evicted its own from the caches (a program file among the
+algorithms is loaded once, :mod:`.algos`). Each iteration
 first resets the buffers (:meth:`Case.prepare`, untimed), then enters the implementation's own
-barrier; the rank times only the collective call (``time.perf_counter``). After the timed loop
-every rank counts the elements of its last result that differ from the expected values. Each
+barrier; the rank times only the collective call (``time.perf_counter``). In the last round
+every rank counts the elements of each algorithm's result that differ from the expected
+values. Each
 rank writes its times and counts as JSON to ``rank<r>.json`` in the spec file's directory; rank
 0 appends a line to ``progress`` there after each size. Nothing is pickled.
 """
@@ -18,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from commflow.bench.algos import label, resolve
 from commflow.bench.cases import Case, CaseSpec, wrong_values
 from commflow.bench.impl import Ranks, module
@@ -28,30 +34,34 @@ from commflow.ir import Program
 from commflow.runtime import dtype_of
 
 
-def _measure(ranks: Ranks, spec: RunSpec, entry: str, algo: str | Program, case: Case) -> dict:
-    """Warm up, time ``spec.iters`` iterations of ``case`` with ``algo`` (the ``--algo``
-    ``entry`` resolved), check the last result."""
-    call = ranks.operation(algo, case)
-    for _ in range(spec.warmup):
-        case.prepare()
-        ranks.barrier()
-        call()
-    times = []
-    for _ in range(spec.iters):
-        case.prepare()
-        ranks.barrier()
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    if spec.corrupt_rank == ranks.rank and case.expected is not None:
-        case.recv[:1] = wrong_values(case.expected[:1])
-    return {
-        "algo": label(entry),
-        "block": case.spec.block,
-        "inplace": case.spec.inplace,
-        "times": times,
-        "wrong": case.wrong(),
-    }
+def _measure(ranks: Ranks, spec: RunSpec, algos: list[tuple[str, str | Program]],
+             case: Case) -> list[dict]:
+    """Warm up every algorithm (``--algo`` entries and what they resolve to), then time
+    ``spec.iters`` rounds of ``case``, one iteration of each algorithm per round in an order
+    drawn per round (seeded by the round: every rank calls the same); check each one's result
+    in the last round."""
+    calls = [ranks.operation(algo, case) for _, algo in algos]
+    for call in calls:
+        for _ in range(spec.warmup):
+            case.prepare()
+            ranks.barrier()
+            call()
+    times: list[list[float]] = [[] for _ in calls]
+    wrong = [0] * len(calls)
+    for i in range(spec.iters):
+        for j in np.random.default_rng(i).permutation(len(calls)).tolist():
+            call = calls[j]
+            case.prepare()
+            ranks.barrier()
+            start = time.perf_counter()
+            call()
+            times[j].append(time.perf_counter() - start)
+            if i == spec.iters - 1:
+                if spec.corrupt_rank == ranks.rank and case.expected is not None:
+                    case.recv[:1] = wrong_values(case.expected[:1])
+                wrong[j] = case.wrong()
+    return [{"algo": label(entry), "block": case.spec.block, "inplace": case.spec.inplace,
+             "times": t, "wrong": w} for (entry, _), t, w in zip(algos, times, wrong, strict=True)]
 
 
 def run(spec: RunSpec, outdir: Path) -> None:
@@ -74,7 +84,7 @@ def run(spec: RunSpec, outdir: Path) -> None:
                     inplace=inplace,
                 )
             )
-            results += [_measure(ranks, spec, entry, algo, case) for entry, algo in algos]
+            results += _measure(ranks, spec, algos, case)
         if ranks.rank == 0:
             with open(outdir / "progress", "a") as progress:
                 progress.write(f"{block}\n")

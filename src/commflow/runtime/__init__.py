@@ -14,6 +14,7 @@ from commflow.runtime.errors import (
     CommMismatchError,
     CommProtocolError,
     CommTimeoutError,
+    CrossMemoryError,
     FlightRecordError,
 )
 from commflow.runtime.fastpath import Variant
@@ -34,6 +35,7 @@ __all__ = [
     "CommProtocolError",
     "CommTimeoutError",
     "Communicator",
+    "CrossMemoryError",
     "Diagnosis",
     "FlightConfig",
     "FlightEntry",

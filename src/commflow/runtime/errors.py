@@ -33,5 +33,10 @@ class CommAbortedError(CommError):
     """Another rank failed and aborted the communicator; the message names it and why."""
 
 
+class CrossMemoryError(CommError):
+    """The single-copy fast path (``shm:copy=cma``) could not read a peer's memory (the
+    kernel refused ``process_vm_readv``): names the operation, both ranks and what to do."""
+
+
 class FlightRecordError(CommflowError):
     """A flight record file is unreadable or malformed, or records contradict each other."""

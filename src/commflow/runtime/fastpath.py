@@ -19,12 +19,13 @@ copy of the input: a segment is staged before any of its output is written, and 
 only the part of its output that the staged segment covers.
 
 **Variants.** How a call is cut is a :class:`Variant`: the largest allreduce segment reduced
-one-shot (every rank reduces all of it), the bytes staged per round, and how long a waiting
-rank polls before it yields its CPU. ``shm`` runs the
-defaults; a variant is named ``shm:one_shot=1M:segment=4M`` (fields that differ from the
-defaults), which ``algo=`` accepts and a tuning table may name for ``auto`` per size, as NCCL's
-tuner picks a protocol and channel count per size. The name is part of the call's signature,
-so ranks that run different variants fail with ``CommMismatchError``.
+one-shot (every rank reduces all of it), the bytes staged per round, how long a waiting
+rank polls before it yields its CPU, and whether data is staged at all (``copy="cma"``: each
+rank reads its peers' buffers with ``process_vm_readv`` instead, :mod:`commflow.runtime.cma`).
+``shm`` runs the defaults; a variant is named ``shm:one_shot=1M:segment=4M`` (fields that
+differ from the defaults), which ``algo=`` accepts and a tuning table may name for ``auto``
+per size, as NCCL's tuner picks a protocol and channel count per size. The name is part of
+the call's signature, so ranks that run different variants fail with ``CommMismatchError``.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
 from commflow.collectives import Collective
 from commflow.errors import AlgorithmError, CommflowError
+from commflow.runtime.cma import CrossMemoryPaths
 from commflow.runtime.errors import CommMismatchError, CommTimeoutError
 from commflow.runtime.ops import Reducer
 from commflow.runtime.protocol import Signature
@@ -56,6 +58,9 @@ SPIN = ShmTransport.YIELD_AFTER
 """Polls before a waiting rank yields (the shared-memory transport's)."""
 COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER,
                Collective.BROADCAST)
+STAGE, CMA = "stage", "cma"
+"""How data moves (:attr:`Variant.copy`): through the staging areas, or read by each rank
+straight from its peers' buffers (:mod:`commflow.runtime.cma`)."""
 SUMMARY = ("shared staging buffers: copy in, reduce block r on rank r, copy out "
            "(two-shot RS+AG through memory); one host, world communicator")
 
@@ -74,22 +79,34 @@ class Variant:
     """Polls of the peers' flags before a waiting rank yields its CPU between polls (then it
     sleeps on its doorbell). Where the ranks outnumber the CPUs, 0 lets the peers it waits
     for run sooner."""
+    copy: str = STAGE
+    """``"stage"``: copy in and out of the shared staging areas; ``"cma"``: each rank reads its
+    peers' input and output buffers with ``process_vm_readv`` (one copy per byte;
+    :mod:`commflow.runtime.cma`; allreduces of at most ``one_shot`` bytes still stage)."""
 
     def __post_init__(self) -> None:
-        for field in fields(self):
+        if self.copy not in (STAGE, CMA):
+            raise CommflowError(f"fast path variant: copy must be {STAGE!r} or {CMA!r}, got "
+                                f"{self.copy!r}")
+        for field in fields(self)[:3]:
             value = getattr(self, field.name)
             least = 0 if field.name == "spin" else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise CommflowError(f"fast path variant: {field.name} must be an integer >= "
                                     f"{least}, got {value!r}")
 
-    @property
+    @cached_property
     def name(self) -> str:
-        """``shm`` for the defaults, else ``shm:FIELD=SIZE:...`` with the fields that differ."""
+        """``shm`` for the defaults, else ``shm:FIELD=SIZE:...`` with the fields that differ
+        (made once per variant: every fast-path call names its variant)."""
         default = Variant()
-        parts = [f"{f.name}={format_size(getattr(self, f.name))}" for f in fields(self)
+        parts = [f"{f.name}={_text(getattr(self, f.name))}" for f in fields(self)
                  if getattr(self, f.name) != getattr(default, f.name)]
         return ":".join([NAME, *parts])
+
+
+def _text(value: int | str) -> str:
+    return value if isinstance(value, str) else format_size(value)
 
 
 DEFAULT = Variant()
@@ -99,19 +116,24 @@ DEFAULT = Variant()
 TUNED = (Variant(segment=256 << 10), Variant(segment=1 << 20), Variant(segment=2 << 20),
          Variant(one_shot=256 << 10), Variant(one_shot=1 << 20), Variant(spin=0),
          Variant(segment=1 << 20, spin=0), Variant(segment=2 << 20, spin=0),
-         Variant(one_shot=256 << 10, spin=0))
+         Variant(one_shot=256 << 10, spin=0), Variant(copy=CMA), Variant(copy=CMA, spin=0),
+         Variant(segment=2 << 20, copy=CMA))
 """The variants online tuning measures beside the defaults (:func:`variants`)."""
 
 
-def variants(collective: Collective) -> list[str]:
+def variants(collective: Collective, cma: bool = True) -> list[str]:
     """The names of the fast path and its :data:`TUNED` variants for ``collective`` (the
-    one-shot threshold only for allreduce); ``[]`` when the fast path lacks it."""
+    one-shot threshold only for allreduce; without ``copy="cma"`` unless ``cma``: where the
+    ranks may not read each other's memory, :func:`commflow.runtime.cma.permitted`); ``[]``
+    when the fast path lacks it."""
     if collective not in COLLECTIVES:
         return []
     found = [NAME]
     for option in TUNED:
+        if option.copy == CMA and not cma:
+            continue
         if collective is not Collective.ALLREDUCE:
-            option = Variant(segment=option.segment, spin=option.spin)
+            option = Variant(segment=option.segment, spin=option.spin, copy=option.copy)
         if option.name not in found:
             found.append(option.name)
     return found
@@ -131,7 +153,7 @@ def variant(name: str) -> Variant:
     if head != NAME:
         raise AlgorithmError(f"{name!r} is not a fast path name (shm or shm:FIELD=SIZE:...)")
     known = {f.name for f in fields(Variant)}
-    values: dict[str, int] = {}
+    values: dict[str, int | str] = {}
     for part in parts:
         key, sep, text = part.partition("=")
         if not sep or key not in known or key in values:
@@ -139,7 +161,7 @@ def variant(name: str) -> Variant:
                 f"fast path variant {name!r}: {part!r} is not FIELD=SIZE with a field of "
                 f"{', '.join(sorted(known))} (each once)")
         try:
-            values[key] = parse_size(text)
+            values[key] = text if key == "copy" else parse_size(text)
         except CommflowError as error:
             raise AlgorithmError(f"fast path variant {name!r}: {error}") from None
     try:
@@ -154,16 +176,22 @@ def effective(options: Variant, collective: Collective, staged: int, nranks: int
     for a call that stages ``staged`` bytes per rank (reduce-scatter: its whole input): a
     variant that runs a call as ``shm`` would is named ``shm`` for it (the same signature,
     and the compiled small-message path for small allreduces, which waits its own way)."""
-    one_shot, segment = options.one_shot, options.segment
-    if collective is Collective.ALLREDUCE and staged <= min(one_shot, ONE_SHOT):
+    one_shot, segment, copy = options.one_shot, options.segment, options.copy
+    allreduce = collective is Collective.ALLREDUCE
+    if allreduce and staged <= min(one_shot, ONE_SHOT):
         return DEFAULT  # one-shot either way
-    if staged <= min(segment, SEGMENT):
-        segment = SEGMENT  # one segment either way
-    if collective is not Collective.ALLREDUCE or nranks <= 2 and staged > max(one_shot, ONE_SHOT):
+    if copy == CMA and allreduce and staged <= one_shot:
+        copy = STAGE  # one-shot allreduces stage
+    if staged <= min(segment, SEGMENT) or copy == CMA and collective not in _CUT:
+        segment = SEGMENT  # one segment either way, or a broadcast's single read
+    if not allreduce or copy == CMA or nranks <= 2 and staged > max(one_shot, ONE_SHOT):
         one_shot = ONE_SHOT  # no one-shot call either way; two ranks reduce every segment so
-    if (one_shot, segment) == (options.one_shot, options.segment):
+    if (one_shot, segment, copy) == (options.one_shot, options.segment, options.copy):
         return options
-    return Variant(one_shot, segment, options.spin)
+    return Variant(one_shot, segment, options.spin, copy)
+
+
+_CUT = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER)
 
 
 class SharedBufferPaths:
@@ -177,6 +205,7 @@ class SharedBufferPaths:
         self.epoch = 0
         self.segments = 0
         self._views: dict[tuple[int, str], list[np.ndarray]] = {}
+        self.cma = CrossMemoryPaths(nranks, rank, self.phase)
 
     def run(self, collective: Collective, send: np.ndarray, recv: np.ndarray, unit: int,
             reduce: Reducer, root: int, *, seq: int, signature: Signature,
@@ -190,6 +219,11 @@ class SharedBufferPaths:
         if collective is Collective.ALLREDUCE and 0 < unit * send.dtype.itemsize <= one_shot:
             self.small_allreduce(send, recv, reduce, seq, signature, deadline, endpoint,
                                  options.spin)
+            return
+        if options.copy == CMA:
+            self.cma.run(endpoint, collective, send, recv, unit, reduce, root, seq=seq,
+                         signature=signature, deadline=deadline, segment=options.segment,
+                         spin=options.spin)
             return
         n, me = self.n, self.me
         others = [r for r in range(n) if r != me]

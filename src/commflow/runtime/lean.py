@@ -102,6 +102,7 @@ class LeanPath:
         self._spin = _SPIN_SHARED if shared else _SPIN
         self._polls = YIELDS // _POLL_YIELDS if shared else 0
         self._plans: dict[tuple, tuple | None] = {}
+        self._decided: dict[tuple, tuple | None] = {}
         self._dtype = self._op = self._nbytes = self._last = self._algo = None
         self._generation = -1
         self._barrier_kernel = self._barrier_poll = self._barrier_constants = None
@@ -159,17 +160,28 @@ class LeanPath:
         return out
 
     def _lookup(self, dtype, op: str, nbytes: int, algo: str) -> tuple | None:
-        """The plan for ``(dtype, op, nbytes, algo)`` under the current tuning table (made on
-        first use), remembered as the last; ``None`` when ``auto`` runs something else."""
+        """The plan for ``(dtype, op, nbytes, algo)`` under the current tuning table (decided
+        once per table: callers that alternate ``auto`` and ``shm`` pay no more than a dict
+        lookup), remembered as the last; ``None`` when ``auto`` runs something else."""
+        key = (dtype, op, nbytes, algo, programs.generation)
+        plan = self._decided.get(key, False)
+        if plan is False:
+            if len(self._decided) > 1024:
+                self._decided.clear()
+            plan = self._decided[key] = self._decide(dtype, op, nbytes, algo)
+        if plan is not None:
+            self._dtype, self._op, self._nbytes, self._last = dtype, op, nbytes, plan
+            self._algo, self._generation = algo, programs.generation
+        return plan
+
+    def _decide(self, dtype, op: str, nbytes: int, algo: str) -> tuple | None:
+        """:meth:`_lookup` without its caches."""
         if algo != _NAME and programs.tuned() and not self._follows(nbytes):
             return None
         key = (dtype, op, nbytes)
         plan = self._plans.get(key, False)
         if plan is False:
             plan = self._plans[key] = self._plan(dtype, op, nbytes)
-        if plan is not None:
-            self._dtype, self._op, self._nbytes, self._last = dtype, op, nbytes, plan
-            self._algo, self._generation = algo, programs.generation
         return plan
 
     def _follows(self, nbytes: int) -> bool:

@@ -42,12 +42,14 @@ def candidates(comm, collective: Collective) -> list[str]:
     """The algorithms the runtime can run for ``collective`` on ``comm``'s ranks (those that
     do not apply to its rank count left out): where the fast path runs, ``shm`` and its
     tuned variants (:func:`commflow.runtime.fastpath.variants`: segment size, one-shot
-    threshold), as NCCL's tuner ranks protocols and channel counts; then the registered
-    programs."""
+    threshold, single-copy reads where every rank may read the others' memory:
+    :func:`commflow.runtime.cma.permitted`, so a collective call), as NCCL's tuner ranks
+    protocols and channel counts; then the registered programs."""
     from commflow import algorithms
-    from commflow.runtime import fastpath, programs
+    from commflow.runtime import cma, fastpath, programs
 
-    found = fastpath.variants(collective) if getattr(comm, "fast_path", False) else []
+    found = fastpath.variants(collective, cma=cma.permitted(comm)) \
+        if getattr(comm, "fast_path", False) else []
     for name in programs.names(collective):
         if name == "auto" or fastpath.is_fast(name):
             continue

@@ -2,7 +2,7 @@
 every ordered pair of local ranks (a head counter written only by the producer, a tail
 counter written only by the consumer; x86-TSO store order makes a published header's payload
 visible), the doorbells (futex words peers set after publishing or freeing a slot), the abort
-word, the fast paths' staging areas and the straggler lines."""
+word, the fast paths' staging areas, the straggler lines and the single-copy path's buffer lines."""
 
 from __future__ import annotations
 
@@ -66,9 +66,15 @@ class ShmLayout:
         return self.flags_offset + self.nlocal * LINE
 
     @property
+    def cma_offset(self) -> int:
+        """Start of the per-rank buffer lines of the single-copy fast path
+        (:mod:`commflow.runtime.cma`)."""
+        return self.straggler_offset + self.nlocal * LINE
+
+    @property
     def total(self) -> int:
         """Segment size in bytes."""
-        return self.straggler_offset + self.nlocal * LINE
+        return self.cma_offset + self.nlocal * LINE
 
 
 class ShmHost:
@@ -113,6 +119,10 @@ class ShmHost:
         self.straggler_lines = [
             region.array(np.float64, layout.straggler_offset + r * LINE, LINE // 8)
             for r in range(n)]
+        self.cma = [region.array(np.int64, layout.cma_offset + r * LINE, LINE // 8)
+                    for r in range(n)]
+        """Per rank: the addresses and lengths of its buffers in its current single-copy call
+        (:mod:`commflow.runtime.cma`)."""
 
     def attach(self, timeout: float) -> None:
         """Announce this rank and wait until every local rank has attached; the creator then

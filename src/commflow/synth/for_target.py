@@ -87,8 +87,7 @@ def synthesize_for(
     :data:`LEVELED_TRIED` with at most :data:`FEW_TREES` trees per root; a reduce-scatter
     lowered in shares across boxes also with partials bound for another box first. Each is
     simulated with the flow model on the target (its loops and bounded buffers). Raises
-    ``AlgorithmError`` naming the target and the
-    last refusal when none fits.
+    ``AlgorithmError`` naming the target and the last refusal when none fits.
     """
     where = get_target(target)
     reason = "no pieces tried"

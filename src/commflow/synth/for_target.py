@@ -41,7 +41,7 @@ MSCCL, one piece per tree: 2.57% below the default synthesis, 3.24% with :data:`
 LEVELED_TRIED = 3
 """Fitting programs compared per lowering (the most pipelined first): with channels by depth
 or with one stream per edge run in loops, fewer pieces are sometimes faster (DGX-1
-reduce-scatter: 1 piece per tree)."""
+allreduce on MSCCL: 1 piece per tree)."""
 
 FEW_TREES = 4
 """Most trees per root of the packings lowered in shares that are tried besides the default

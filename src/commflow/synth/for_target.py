@@ -47,10 +47,11 @@ FEW_TREES = 4
 """Most trees per root of the packings lowered in shares that are tried besides the default
 (DGX A100 x2: one tree per root, exact, instead of 13: 496 steps per piece, not 6,448)."""
 
-SPLIT_PIECES = (60, 56, 52, 48, 40, 24)
+SPLIT_PIECES = (60, 56, 52, 48, 40, 30, 28, 24)
 """Pieces per share also tried, within the range of ``pieces``, for streams cut into
 threadblocks: their steps per rank approach the 4,096 elements RCCL and msccl-executor keep
-(MI250 x2 allgather on RCCL: 48 pieces fit, 7.6% below the default synthesis; 32: 12.2%)."""
+(MI250 x2 allgather on RCCL: 48 pieces fit, 7.6% below the default synthesis; 32: 12.2%;
+allreduce, whose chunks cross two trees, on msccl-executor: 30)."""
 
 SPLIT_TRIED = 3
 """Fitting programs with streams cut into threadblocks compared (the most pipelined first):

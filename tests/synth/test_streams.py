@@ -16,7 +16,7 @@ from commflow.ir import Op, verify
 from commflow.sim import lower_bound, simulate
 from commflow.synth import WeightedTree, apportion, logical_edges, streams, synthesize
 from commflow.synth.boxes import dedicated_edges
-from commflow.synth.list_schedule import list_schedule
+from commflow.synth.list_schedule import DOWN_HOP, UP_HOP, list_schedule
 from commflow.synth.streams import deal, lower_streams
 
 SIZE = 2**30
@@ -139,20 +139,22 @@ def test_bad_arguments_raise():
         lower_streams(Collective.ALLGATHER, EDGES, down=trees[:3], pieces=1, name="t")
 
 
-def _line_schedule(up_parent, down_parent, priority, dur=1.0, lat=0.5):
+def _line_schedule(up_parent, down_parent, priority, dur=1.0, lat=0.5, bonus=None, trees=None):
     n = 3
     count = len(priority)
+    down_tree = np.zeros(count, dtype=np.int64) if trees is None else np.array(trees)
     return list_schedule(
         n,
         np.zeros(count, dtype=np.int64),
         np.zeros(count, dtype=np.int64) if len(up_parent) else np.full(count, -1),
-        np.zeros(count, dtype=np.int64) if len(down_parent) else np.full(count, -1),
+        down_tree if len(down_parent) else np.full(count, -1),
         np.array(priority),
         np.array(up_parent, dtype=np.int64).reshape(-1, n),
         np.array(down_parent, dtype=np.int64).reshape(-1, n),
         np.full(n * n, dur),
         np.full(n * n, lat),
         np.full(n * n, 2 * count, dtype=np.int64),
+        np.zeros(2 * count * n) if bonus is None else np.array(bonus, dtype=float),
     )
 
 
@@ -162,6 +164,19 @@ def test_list_schedule_pipelines_a_chain_one_chunk_per_edge_at_a_time():
     # chunk 0: edge 0->1 sends during [0, 1], arrives 1.5; 1->2 sends [1.5, 2.5], arrives 3
     # chunk 1: edge 0->1 sends [1, 2], arrives 2.5; 1->2 sends [2.5, 3.5], arrives 4
     assert down.tolist() == [[-1.0, 1.5, 3.0], [-1.0, 2.5, 4.0]]
+
+
+def test_list_schedule_sends_first_the_hop_whose_bonus_lowers_its_key():
+    # chunk 0 (priority 0) on 0 -> 1, 0 -> 2; chunk 1 (priority 0.5) on 0 -> 1 -> 2
+    trees = [(-1, 0, 0), (-1, 0, 1)]
+    fifo = _line_schedule([], trees, [0.0, 0.5], trees=[0, 1])
+    # edge 0->1: chunk 0 [0, 1], chunk 1 [1, 2] (arrives 2.5), then 1->2 [2.5, 3.5]
+    assert fifo[:6].tolist() == [-1.0, 1.5, 1.5, -1.0, 2.5, 4.0]
+    bonus = np.zeros(2 * 2 * 3)
+    bonus[[1, 4]] = [-1.0, -2.0]  # the hops into rank 1: chunk 1 has two hops ahead
+    ahead = _line_schedule([], trees, [0.0, 0.5], bonus=bonus, trees=[0, 1])
+    # edge 0->1: chunk 1 [0, 1] (arrives 1.5), 1->2 [1.5, 2.5]; chunk 0 [1, 2]
+    assert ahead[:6].tolist() == [-1.0, 2.5, 1.5, -1.0, 1.5, 3.0]
 
 
 def test_list_schedule_sends_down_once_every_partial_is_up():
@@ -179,6 +194,20 @@ def test_programs_replay_their_list_schedule_exactly(monkeypatch):
 
     monkeypatch.setattr(streams, "list_schedule", spy)
     for collective in ("allgather", "reducescatter", "allreduce"):
+        before = len(seen)
         program = synthesize(collective, DGX1, pieces=16)
         result = simulate(program, DGX1, streams.REFERENCE_SIZE, model="flow")
-        assert result.time == pytest.approx(seen[-1].max(), rel=1e-9)
+        tried = [arrival.max() for arrival in seen[before:]]
+        assert len(tried) == len(streams.TAIL_WEIGHTS)  # the one finishing first is lowered
+        assert result.time == pytest.approx(min(tried), rel=1e-9)
+
+
+def test_hops_ahead_count_the_longest_path_left_from_each_hop():
+    # an allreduce chunk on the line 0 - 1 - 2 rooted at 0: up 2 -> 1 -> 0, then down again
+    line = np.array([[-1, 0, 1]])
+    one = np.zeros(1, dtype=np.int64)
+    ahead = streams.hops_ahead(one, one, one, line, line)
+    assert ahead[DOWN_HOP].tolist() == [[0.0, 2.0, 1.0]]  # into 1: it and 1 -> 2
+    assert ahead[UP_HOP].tolist() == [[0.0, 3.0, 4.0]]  # out of 2: two up, two down
+    gather = streams.hops_ahead(one, np.full(1, -1), one, np.zeros((0, 3)), line)
+    assert gather[UP_HOP].tolist() == [[0.0, 0.0, 0.0]]

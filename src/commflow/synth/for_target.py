@@ -41,16 +41,23 @@ MSCCL, one piece per tree: 2.57% below the default synthesis, 3.24% with :data:`
 LEVELED_TRIED = 3
 """Fitting programs compared per lowering (the most pipelined first): with channels by depth
 or with one stream per edge run in loops, fewer pieces are sometimes faster (DGX-1
-reduce-scatter: 1 piece per tree)."""
+allreduce on MSCCL: 1 piece per tree)."""
 
 FEW_TREES = 4
 """Most trees per root of the packings lowered in shares that are tried besides the default
 (DGX A100 x2: one tree per root, exact, instead of 13: 496 steps per piece, not 6,448)."""
 
-SPLIT_PIECES = (56, 48, 40, 24)
+SPLIT_PIECES = (60, 56, 52, 48, 40, 30, 28, 24)
 """Pieces per share also tried, within the range of ``pieces``, for streams cut into
 threadblocks: their steps per rank approach the 4,096 elements RCCL and msccl-executor keep
-(MI250 x2 allgather on RCCL: 48 pieces fit, 7.6% below the default synthesis; 32: 12.2%)."""
+(MI250 x2 allgather on RCCL: 48 pieces fit, 7.6% below the default synthesis; 32: 12.2%;
+allreduce, whose chunks cross two trees, on msccl-executor: 30)."""
+
+SPLIT_TRIED = 3
+"""Fitting programs with streams cut into threadblocks compared (the most pipelined first):
+a fractional packing's rounding differs from one count of pieces to the next (MI250 x2
+reduce-scatter in one pass: 8.2% below the default synthesis at 56 pieces, 5.6% at 60,
+7.5% at 52)."""
 
 SPLIT_EIGHTHS = (7, 6)
 """Messages per threadblock a cut stream is given, in eighths of the target's steps per
@@ -76,12 +83,12 @@ def synthesize_for(
     :data:`LEVELED_TRIED` as synthesized, and where the synthesis lowers with one stream per
     edge, up to :data:`LEVELED_TRIED` with channels by tree depth (:data:`LEVELS` per edge at
     most; allreduce also :data:`ALLREDUCE_LEVELS`) and, on targets that cap steps per
-    threadblock, one with every stream cut into threadblocks of at most that many messages (also
-    trying :data:`SPLIT_PIECES`); where it lowers in shares, up to :data:`LEVELED_TRIED` with at
-    most :data:`FEW_TREES` trees per root; a reduce-scatter lowered in shares across boxes also
-    with partials bound for another box first. Each is simulated with the flow model on the
-    target (its loops and bounded buffers). Raises ``AlgorithmError`` naming the target and the
-    last refusal when none fits.
+    threadblock, up to :data:`SPLIT_TRIED` with every stream cut into threadblocks of at most
+    that many messages (also trying :data:`SPLIT_PIECES`); where it lowers in shares, up to
+    :data:`LEVELED_TRIED` with at most :data:`FEW_TREES` trees per root; a reduce-scatter
+    lowered in shares across boxes also with partials bound for another box first. Each is
+    simulated with the flow model on the target (its loops and bounded buffers). Raises
+    ``AlgorithmError`` naming the target and the last refusal when none fits.
     """
     where = get_target(target)
     reason = "no pieces tried"
@@ -94,7 +101,7 @@ def synthesize_for(
     levels = (LEVELS, ALLREDUCE_LEVELS) if allreduce else (LEVELS,)
     families = (({}, (None,), LEVELED_TRIED, pieces),
                 *(({"levels": n}, (None,), LEVELED_TRIED, pieces) for n in levels),
-                ({}, cuts, 1, finer),
+                ({}, cuts, SPLIT_TRIED, finer),
                 ({"trees": FEW_TREES}, (None,), LEVELED_TRIED, pieces))
     for extra, splits, wanted, counts in families:
         found = 0

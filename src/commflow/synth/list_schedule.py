@@ -4,11 +4,11 @@ for the schedule keys of :mod:`commflow.synth.streams`.
 Every chunk of every root moves along its trees: up an in-tree (a rank sends its partial
 once every child's has arrived), then down an out-tree from the root (a rank forwards what it
 received to each child). Each edge sends one chunk at a time, taking ``dur[u, v]`` seconds,
-and the chunk arrives ``lat[u, v]`` later; an edge that is free sends the waiting chunk of
-lowest priority (its position in its root's data) first, so no edge idles while a chunk
-waits for it. The result is the time each hop arrives, in an array indexed by
-``(phase * chunks + chunk) * nranks + rank``: phase 0 the hop down into ``rank``, phase 1 the
-hop up out of ``rank``.
+and the chunk arrives ``lat[u, v]`` later; an edge that is free sends the waiting hop of
+lowest key first (its chunk's priority, the position in its root's data, plus the hop's
+``bonus``), so no edge idles while a chunk waits for it. The result is the time each hop
+arrives, in an array indexed by ``(phase * chunks + chunk) * nranks + rank``: phase 0 the hop
+down into ``rank``, phase 1 the hop up out of ``rank``.
 """
 
 from __future__ import annotations
@@ -71,13 +71,14 @@ def list_schedule(
     dur: np.ndarray,
     lat: np.ndarray,
     capacity: np.ndarray,
+    bonus: np.ndarray,
 ) -> np.ndarray:
     """Arrival time (seconds) of every hop of every chunk (see the module).
 
     Chunk ``c`` belongs to root ``roots[c]`` and follows in-tree ``up_tree[c]`` (rows of
     ``up_parent``, -1: none) then out-tree ``down_tree[c]`` (rows of ``down_parent``);
-    ``capacity[u * n + v]`` is at least the number of hops over edge ``u -> v``. Hops that
-    never happen keep -1."""
+    ``capacity[u * n + v]`` is at least the number of hops over edge ``u -> v``; ``bonus``,
+    indexed as the result, is added to a hop's priority. Hops that never happen keep -1."""
     chunks = len(priority)
     arrival = np.full(2 * chunks * n, -1.0)
     waiting = np.zeros(chunks * n, dtype=np.int64)  # children an up-hop still waits for
@@ -115,8 +116,9 @@ def list_schedule(
                 p = up_parent[t, v]
                 if p >= 0 and waiting[c * n + v] == 0:
                     e = v * n + p
-                    _push(queue_key, queue_hop, base[e], queued[e], priority[c],
-                          (UP_HOP * chunks + c) * n + v)  # fmt: skip
+                    hop = (UP_HOP * chunks + c) * n + v
+                    _push(queue_key, queue_hop, base[e], queued[e], priority[c] + bonus[hop],
+                          hop)  # fmt: skip
                     queued[e] += 1
         else:
             t = down_tree[c]
@@ -124,8 +126,9 @@ def list_schedule(
             for k in range(kids[t, r], kids[t, r + 1]):
                 v = order[t, k]
                 e = r * n + v
-                _push(queue_key, queue_hop, base[e], queued[e], priority[c],
-                      (DOWN_HOP * chunks + c) * n + v)  # fmt: skip
+                hop = (DOWN_HOP * chunks + c) * n + v
+                _push(queue_key, queue_hop, base[e], queued[e], priority[c] + bonus[hop],
+                      hop)  # fmt: skip
                 queued[e] += 1
     for e in range(n * n):
         events = _start(e, 0.0, queue_key, queue_hop, base, queued, busy, event_key, event_item,
@@ -148,7 +151,8 @@ def list_schedule(
                 continue
             if p != roots[c]:
                 e = p * n + up_parent[up_tree[c], p]
-                events = _offer(e, priority[c], (UP_HOP * chunks + c) * n + p, now, queue_key,
+                hop = (UP_HOP * chunks + c) * n + p
+                events = _offer(e, priority[c] + bonus[hop], hop, now, queue_key,
                                 queue_hop, base, queued, busy, event_key, event_item, events,
                                 dur, lat)  # fmt: skip
                 continue
@@ -158,7 +162,8 @@ def list_schedule(
         t = down_tree[c]
         for k in range(kids[t, v], kids[t, v + 1]):
             w = order[t, k]
-            events = _offer(v * n + w, priority[c], (DOWN_HOP * chunks + c) * n + w, now,
+            hop = (DOWN_HOP * chunks + c) * n + w
+            events = _offer(v * n + w, priority[c] + bonus[hop], hop, now,
                             queue_key, queue_hop, base, queued, busy, event_key, event_item,
                             events, dur, lat)  # fmt: skip
     return arrival

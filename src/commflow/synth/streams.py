@@ -13,7 +13,9 @@ may be any reals:
    are spread evenly over the data (allreduce deals to its up-trees and its down-trees apart).
 2. The chunks are list-scheduled at ``size`` bytes (:mod:`commflow.synth.list_schedule`):
    each edge sends one chunk at a time and never idles while a chunk waits for it, the
-   chunk earliest in its root's data first. A step's key is the time its hop arrives.
+   chunk earliest in its root's data first, moved earlier by a weight of the hops still
+   ahead of it (each of :data:`TAIL_WEIGHTS`; the schedule that finishes first is kept). A
+   step's key is the time its hop arrives.
 3. Every stream runs its steps in key order and every rank reduces its children's partials
    of a chunk in the order they arrive, so the program replays that schedule (exactly, on
    links no other stream uses, as the flow model times them), and keys grow along every
@@ -57,6 +59,19 @@ from commflow.synth.trees import WeightedTree
 REFERENCE_SIZE = float(2**30)
 """Bytes of the collective the chunks are scheduled at by default (large messages, where the
 bandwidth objective matters)."""
+
+TAIL_WEIGHTS = tuple(k / 10 for k in range(11))
+"""Weights of the hops still ahead of a chunk in its list-schedule priority (a hop with one
+more ahead goes as if ``weight`` chunks earlier in its root's data): every one is scheduled
+and the schedule that finishes first is lowered. FIFO alone (0) leaves the busiest links idle
+for the last ~6% of MI250 x2 allgather at 48 pieces per root, waiting for chunks with long
+paths still ahead; weighing them in shortens that tail (6.3% below the default synthesis,
+then 4.9%)."""
+
+TAILED_PIECES = 256
+"""Most pieces per root for which every one of :data:`TAIL_WEIGHTS` is scheduled (FIFO alone
+beyond: the tail shrinks with the pieces, MI250 x2 allgather at its default 4,032 gains
+0.06%, and each schedule of its 129,024 chunks takes seconds)."""
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 """Stagger of the roots' chunk positions (root ``r`` starts at ``r * _GOLDEN mod 1`` of a
@@ -180,18 +195,40 @@ def _schedule(edges: LogicalEdges, dealt: list, pieces: int, chunk_bytes: float)
     lat = np.zeros(n * n)
     dur[edges.src * n + edges.dst] = seconds
     lat[edges.src * n + edges.dst] = latency
-    return list_schedule(
-        n,
-        np.concatenate(roots).astype(np.int64),
-        up_tree.astype(np.int64),
-        down_tree.astype(np.int64),
-        np.concatenate(priority),
-        up_parent,
-        down_parent,
-        dur,
-        lat,
-        capacity,
-    )
+    roots = np.concatenate(roots).astype(np.int64)
+    ahead = hops_ahead(roots, up_tree, down_tree, up_parent, down_parent).ravel() / pieces
+    up_tree, down_tree = up_tree.astype(np.int64), down_tree.astype(np.int64)
+    priority = np.concatenate(priority)
+    best = None
+    weights = TAIL_WEIGHTS if pieces <= TAILED_PIECES else TAIL_WEIGHTS[:1]
+    for weight in weights:  # the schedule finishing first; ties: the least weight
+        arrival = list_schedule(n, roots, up_tree, down_tree, priority, up_parent, down_parent,
+                                dur, lat, capacity, -weight * ahead)  # fmt: skip
+        if best is None or arrival.max() < best.max():
+            best = arrival
+    return best
+
+
+def hops_ahead(roots: np.ndarray, up_tree: np.ndarray, down_tree: np.ndarray,
+                up_parent: np.ndarray, down_parent: np.ndarray) -> np.ndarray:
+    """Hops on the longest path still ahead of each hop's chunk, the hop included, indexed as
+    the list schedule's arrivals: down into ``v``, one more than the height of ``v`` in its
+    out-tree; up out of ``v``, its depth in the in-tree plus the height of the out-tree that
+    follows from the root (allreduce); 0 where there is no hop."""
+    n = up_parent.shape[1] if len(up_parent) else down_parent.shape[1]
+    height = np.array([_heights(p, _depths(p)) for p in down_parent.tolist()],
+                      dtype=np.float64).reshape(-1, n)
+    depth = np.array([_depths(p) for p in up_parent.tolist()], dtype=np.float64).reshape(-1, n)
+    ahead = np.zeros((2, len(roots), n))
+    down, up = down_tree >= 0, up_tree >= 0
+    ahead[DOWN_HOP, down] = 1.0 + height[down_tree[down]]
+    after = np.zeros(len(roots))
+    both = up & down
+    after[both] = height[down_tree[both], roots[both]]
+    ahead[UP_HOP, up] = depth[up_tree[up]] + after[up, None]
+    ahead[DOWN_HOP, down] *= down_parent[down_tree[down]] >= 0  # no hop into a root
+    ahead[UP_HOP, up] *= up_parent[up_tree[up]] >= 0
+    return ahead
 
 
 def _depths(parent: Sequence[int]) -> list[int]:

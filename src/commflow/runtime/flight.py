@@ -415,10 +415,10 @@ _LIVE: weakref.WeakSet[FlightRecorder] = weakref.WeakSet()
 def report_failure(recorder: FlightRecorder, host, global_rank: int, error: Exception,
                    entry: _Record | None = None) -> None:
     """After ``error`` (a failed operation, recorded as ``entry``; default: the one started
-    last): mark the operation failed, dump the record and
-    those of this process's other communicators (now, not from their watcher threads: the
-    process may exit right after the error), ask the host's other ranks to dump theirs, and
-    name the file at the end of the message."""
+    last): mark the operation failed, dump the record and those of this process's other
+    communicators (now, not from their watcher threads: the process may exit right after the
+    error), ask the host's other ranks to dump theirs, and name the file at the end of the
+    message."""
     recorder.fail(entry)
     path = recorder.dump_after(f"{type(error).__name__}: {error}", failed=True)
     for other in list(_LIVE):

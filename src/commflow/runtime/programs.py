@@ -120,6 +120,26 @@ _chosen: dict[tuple, str] = {}
 """What ``auto`` chose per call shape and table generation (a table has many rules)."""
 
 
+def by_placement(collective: Collective, nranks: int, nbytes: int, *,
+                 fast_path: bool = False) -> bool:
+    """Whether ``auto`` chooses differently for a call in place and out of place under the
+    loaded tuning table (so that callers look at a call's placement only then)."""
+    _active_table()
+    key = (collective, nranks, nbytes, fast_path, generation)
+    split = _split.get(key)
+    if split is None:
+        if len(_split) > 4096:
+            _split.clear()
+        split = _split[key] = len({choose(collective, nranks, nbytes, "auto",
+                                          fast_path=fast_path, in_place=placed)
+                                   for placed in (False, True)}) > 1
+    return split
+
+
+_split: dict[tuple, bool] = {}
+"""What :func:`by_placement` found per call shape and table generation."""
+
+
 def _choose(collective: Collective, nranks: int, nbytes: int, fast_path: bool,
             in_place: bool) -> str:
     table = _active_table()

@@ -175,9 +175,10 @@ class CallRunner:
         dtype = call.send.dtype
         nbytes = call.unit * dtype.itemsize
         send, recv = flat(call.send), flat(call.recv)
-        name = programs.choose(coll, self.size, max(send.nbytes, recv.nbytes), call.algo,
-                               fast_path=self._fast is not None,
-                               in_place=call.algo == "auto" and programs.tuned()
+        size, fast_path = max(send.nbytes, recv.nbytes), self._fast is not None
+        name = programs.choose(coll, self.size, size, call.algo, fast_path=fast_path,
+                               in_place=call.algo == "auto" and programs.by_placement(
+                                   coll, self.size, size, fast_path=fast_path)
                                and placed_in_place(send, recv, self.rank))
         fast = fastpath.is_fast(name)
         if fast:  # named as it cuts this call (shm when as the defaults)

@@ -79,11 +79,11 @@ def test_auto_chooses_by_placement_and_the_nccl_csv_keeps_rules_for_both():
             assert programs.choose(AG, 2, size, "auto", fast_path=True,
                                    in_place=in_place) == expected
         assert programs.choose(AR, 2, 4096, "auto", in_place=True) == "direct"
-        assert programs.by_placement(AR, 2, 4096)  # direct in place, else the built-in choice
+        assert programs.choices(AR, 2, 4096) == ("recursive_doubling", "direct")
         assert programs.choose(AR, 2, 4096, "auto", fast_path=True) == "shm"
         assert programs.choose(AR, 2, 4096, "auto") == "recursive_doubling"  # no fast path
-        assert [programs.by_placement(AG, 2, size, fast_path=True)
-                for size in (1 << 20, 64 << 20)] == [False, True]
+        assert [programs.choices(AG, 2, size, fast_path=True)
+                for size in (1 << 20, 64 << 20)] == [("shm", "shm"), ("shm", CMA)]
     finally:
         programs.use_tuning_table(None)
     csv = _table(_rule(0, 10, "ring"), _rule(11, 20, "ring", IN_PLACE),

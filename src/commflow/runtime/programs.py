@@ -106,38 +106,26 @@ def choose(
     bandwidth-optimal one above."""
     if algo != "auto":
         return algo
+    return choices(collective, nranks, nbytes, fast_path=fast_path)[in_place]
+
+
+def choices(collective: Collective, nranks: int, nbytes: int, *,
+            fast_path: bool = False) -> tuple[str, str]:
+    """What ``auto`` runs (:func:`choose`) for a call out of place and in place; a caller
+    looks at its call's placement only where the two differ."""
     _active_table()  # loads COMMFLOW_TUNING_TABLE on first use, a new generation
-    key = (collective, nranks, nbytes, fast_path, in_place, generation)
+    key = (collective, nranks, nbytes, fast_path, generation)
     chosen = _chosen.get(key)
     if chosen is None:
         if len(_chosen) > 4096:
             _chosen.clear()
-        chosen = _chosen[key] = _choose(collective, nranks, nbytes, fast_path, in_place)
+        chosen = _chosen[key] = (_choose(collective, nranks, nbytes, fast_path, False),
+                                 _choose(collective, nranks, nbytes, fast_path, True))
     return chosen
 
 
-_chosen: dict[tuple, str] = {}
+_chosen: dict[tuple, tuple[str, str]] = {}
 """What ``auto`` chose per call shape and table generation (a table has many rules)."""
-
-
-def by_placement(collective: Collective, nranks: int, nbytes: int, *,
-                 fast_path: bool = False) -> bool:
-    """Whether ``auto`` chooses differently for a call in place and out of place under the
-    loaded tuning table (so that callers look at a call's placement only then)."""
-    _active_table()
-    key = (collective, nranks, nbytes, fast_path, generation)
-    split = _split.get(key)
-    if split is None:
-        if len(_split) > 4096:
-            _split.clear()
-        split = _split[key] = len({choose(collective, nranks, nbytes, "auto",
-                                          fast_path=fast_path, in_place=placed)
-                                   for placed in (False, True)}) > 1
-    return split
-
-
-_split: dict[tuple, bool] = {}
-"""What :func:`by_placement` found per call shape and table generation."""
 
 
 def _choose(collective: Collective, nranks: int, nbytes: int, fast_path: bool,

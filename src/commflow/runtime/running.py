@@ -175,11 +175,11 @@ class CallRunner:
         dtype = call.send.dtype
         nbytes = call.unit * dtype.itemsize
         send, recv = flat(call.send), flat(call.recv)
-        size, fast_path = max(send.nbytes, recv.nbytes), self._fast is not None
-        name = programs.choose(coll, self.size, size, call.algo, fast_path=fast_path,
-                               in_place=call.algo == "auto" and programs.by_placement(
-                                   coll, self.size, size, fast_path=fast_path)
-                               and placed_in_place(send, recv, self.rank))
+        name = call.algo
+        if name == "auto":  # the placement counts only where its rules differ
+            out, inside = programs.choices(coll, self.size, max(send.nbytes, recv.nbytes),
+                                           fast_path=self._fast is not None)
+            name = inside if out != inside and placed_in_place(send, recv, self.rank) else out
         fast = fastpath.is_fast(name)
         if fast:  # named as it cuts this call (shm when as the defaults)
             staged = nbytes * (self.size if coll is Collective.REDUCESCATTER else 1)

@@ -9,9 +9,17 @@ predicted (or measured) time at the largest size tuned within the range, for inf
 Reading is strict: a malformed document raises :class:`~commflow.errors.CommflowError`
 naming the field.
 
+A rule may hold for one placement only (version 2): ``"placement": "in_place"`` or
+``"out_of_place"`` (in place: the output is the input; allgather's input is this rank's block
+of the output, reduce-scatter's output this rank's block of the input). A rule without the
+field holds for both and may not overlap any other rule of its collective and rank count; two
+rules for one placement may not overlap each other. A table with no placement rule is written
+as version 1, which older commflow reads; version 1 and 2 documents are read.
+
 :meth:`TuningTable.to_nccl_csv` writes the rules NCCL's example tuner plugin reads
 (``NCCL_TUNER_CONFIG_FILE``: ``collective_type,min_bytes,max_bytes,algorithm,protocol,channels,
-nNodes,nRanks``), for the algorithms NCCL has (ring, double binary tree as ``tree``).
+nNodes,nRanks``), for the algorithms NCCL has (ring, double binary tree as ``tree``), from
+the rules for both placements (NCCL's rules cannot tell placements apart).
 """
 
 from __future__ import annotations
@@ -25,7 +33,15 @@ from commflow.collectives import Collective, parse_collective
 from commflow.errors import CommflowError
 
 FORMAT = "commflow.tuning"
-VERSION = 1
+VERSION = 2
+"""The version written when a rule holds for one placement (else version 1)."""
+VERSIONS = (1, 2)
+"""Versions read."""
+ANY = "any"
+IN_PLACE = "in_place"
+OUT_OF_PLACE = "out_of_place"
+PLACEMENTS = (ANY, IN_PLACE, OUT_OF_PLACE)
+"""What a rule's ``placement`` may be: both placements, in place only, out of place only."""
 NCCL_ALGOS = {"ring": "ring", "double_binary_tree": "tree"}
 """commflow algorithms NCCL also has, by NCCL's tuner name."""
 _NCCL_COLLS = {Collective.ALLREDUCE: "allreduce", Collective.ALLGATHER: "allgather",
@@ -51,8 +67,13 @@ class Rule:
     """Registered algorithm name, or a program file's name."""
     time_us: float
     """Time in microseconds (predicted or measured) at the largest size tuned in the range."""
+    placement: str = ANY
+    """Which calls the rule holds for (:data:`PLACEMENTS`): both, in place, out of place."""
 
     def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise CommflowError(f"tuning rule: placement must be one of {', '.join(PLACEMENTS)}, "
+                                f"got {self.placement!r}")
         if not (isinstance(self.nranks, int) and self.nranks >= 1):
             raise CommflowError(f"tuning rule: nranks must be an integer >= 1, got {self.nranks!r}")
         if not (isinstance(self.min_bytes, int) and isinstance(self.max_bytes, int)
@@ -83,30 +104,44 @@ class TuningTable:
 
     def __post_init__(self) -> None:
         ordered = tuple(sorted(self.rules, key=lambda r: (r.collective.value, r.nranks,
-                                                          r.min_bytes)))
+                                                          r.min_bytes, r.placement)))
         object.__setattr__(self, "rules", ordered)
-        for a, b in zip(ordered, ordered[1:], strict=False):
-            if (a.collective, a.nranks) == (b.collective, b.nranks) and b.min_bytes <= a.max_bytes:
-                raise CommflowError(
-                    f"tuning table: {a.collective.value} on {a.nranks} ranks has overlapping "
-                    f"rules ({a.min_bytes}..{a.max_bytes} and {b.min_bytes}..{b.max_bytes})")
+        for placement in (IN_PLACE, OUT_OF_PLACE):
+            held = [r for r in ordered if r.placement in (ANY, placement)]
+            for a, b in zip(held, held[1:], strict=False):
+                if (a.collective, a.nranks) == (b.collective, b.nranks) and \
+                        b.min_bytes <= a.max_bytes:
+                    raise CommflowError(
+                        f"tuning table: {a.collective.value} on {a.nranks} ranks has "
+                        f"overlapping rules ({a.min_bytes}..{a.max_bytes} {a.placement} and "
+                        f"{b.min_bytes}..{b.max_bytes} {b.placement})")
 
-    def lookup(self, collective: Collective | str, nranks: int, size: int) -> str | None:
-        """The algorithm for a ``size``-byte ``collective`` on ``nranks`` ranks, or ``None``
-        when no rule covers it."""
+    def lookup(self, collective: Collective | str, nranks: int, size: int, *,
+               in_place: bool = False) -> str | None:
+        """The algorithm for a ``size``-byte ``collective`` on ``nranks`` ranks called in
+        place or out of place, or ``None`` when no rule covers it."""
         coll = parse_collective(collective)
+        placement = IN_PLACE if in_place else OUT_OF_PLACE
         for rule in self.rules:
             if (rule.collective, rule.nranks) == (coll, nranks) and \
+                    rule.placement in (ANY, placement) and \
                     rule.min_bytes <= size <= rule.max_bytes:
                 return rule.algo
         return None
 
+    def by_placement(self) -> bool:
+        """Whether a rule holds for one placement only."""
+        return any(r.placement != ANY for r in self.rules)
+
     def to_json(self) -> str:
-        """The table as a ``commflow.tuning`` version-1 JSON document."""
-        rules = [{**asdict(r), "collective": r.collective.value} for r in self.rules]
-        return json.dumps({"format": FORMAT, "version": VERSION, "fingerprint": self.fingerprint,
-                           "topology": self.topology, "model": self.model, "rules": rules},
-                          indent=1)
+        """The table as a ``commflow.tuning`` JSON document: version 1 (rules without a
+        ``placement``) unless a rule holds for one placement only (:meth:`by_placement`)."""
+        rules = [{key: value.value if key == "collective" else value
+                  for key, value in asdict(r).items() if key != "placement" or value != ANY}
+                 for r in self.rules]
+        return json.dumps({"format": FORMAT, "version": VERSION if self.by_placement() else 1,
+                           "fingerprint": self.fingerprint, "topology": self.topology,
+                           "model": self.model, "rules": rules}, indent=1)
 
     def save(self, path: str | Path) -> None:
         """Write :meth:`to_json` to ``path``; ``CommflowError`` when it cannot be written."""
@@ -118,10 +153,10 @@ class TuningTable:
     def to_nccl_csv(self, *, nnodes: int = -1) -> str:
         """Rules for NCCL's example tuner plugin, one line per rule whose algorithm NCCL has
         (:data:`NCCL_ALGOS`; others are left to NCCL's own choice), protocol and channels left
-        to NCCL (``-1``)."""
+        to NCCL (``-1``); rules for one placement are left to NCCL too."""
         lines = ["collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"]
         for r in self.rules:
-            if r.algo in NCCL_ALGOS and r.collective in _NCCL_COLLS:
+            if r.algo in NCCL_ALGOS and r.collective in _NCCL_COLLS and r.placement == ANY:
                 lines.append(f"{_NCCL_COLLS[r.collective]},{r.min_bytes},{r.max_bytes},"
                              f"{NCCL_ALGOS[r.algo]},-1,-1,{nnodes},{r.nranks}")
         return "\n".join(lines) + "\n"
@@ -135,9 +170,10 @@ def from_json(text: str) -> TuningTable:
         raise CommflowError(f"tuning table: not JSON ({error})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CommflowError(f"tuning table: 'format' must be {FORMAT!r}")
-    if doc.get("version") != VERSION:
-        raise CommflowError(f"tuning table: version {doc.get('version')!r} is not supported "
-                            f"(this commflow reads version {VERSION})")
+    version = doc.get("version")
+    if version not in VERSIONS or isinstance(version, bool):
+        raise CommflowError(f"tuning table: version {version!r} is not supported (this "
+                            f"commflow reads versions {', '.join(map(str, VERSIONS))})")
     for key in ("fingerprint", "topology", "model"):
         if not isinstance(doc.get(key), str):
             raise CommflowError(f"tuning table: {key!r} must be a string")
@@ -146,9 +182,11 @@ def from_json(text: str) -> TuningTable:
     rules = []
     fields = {"collective", "nranks", "min_bytes", "max_bytes", "algo", "time_us"}
     for i, item in enumerate(doc["rules"]):
-        if not isinstance(item, dict) or set(item) != fields:
+        if not isinstance(item, dict) or not (
+                set(item) == fields or version == 2 and set(item) == fields | {"placement"}):
+            also = " (and, in version 2, placement)" if version == 2 else ""
             raise CommflowError(f"tuning table: rules[{i}] must have exactly the fields "
-                                f"{', '.join(sorted(fields))}")
+                                f"{', '.join(sorted(fields))}{also}")
         try:
             rules.append(Rule(**{**item, "collective": parse_collective(str(item["collective"]))}))
         except CommflowError as error:

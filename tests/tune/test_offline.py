@@ -82,7 +82,7 @@ def test_malformed_tables_raise_commflow_errors(text):
 
 def test_table_fields_are_checked(tmp_path):
     good = json.loads(offline_table(["allreduce"], topology.load("ring4"), SIZES).to_json())
-    for field, value, message in [("version", 2, "version 2"), ("rules", {}, "'rules'"),
+    for field, value, message in [("version", 3, "version 3"), ("rules", {}, "'rules'"),
                                   ("fingerprint", 3, "'fingerprint'")]:
         with pytest.raises(CommflowError, match=message):
             from_json(json.dumps({**good, field: value}))

@@ -11,7 +11,7 @@ from rich.markup import escape
 from commflow.cli._output import Model, echo_json, err, number, out, table
 from commflow.errors import CommflowError
 from commflow.topology import load
-from commflow.tuning_table import TuningTable, load_table
+from commflow.tuning_table import ANY, TuningTable, load_table
 from commflow.units import format_size, parse_size, size_range
 
 _LARGEST = 2**63 - 1
@@ -84,7 +84,9 @@ def tune(
     for rule in result.rules:
         above = "-" if rule.min_bytes == 0 else format_size(rule.min_bytes - 1)
         top = "-" if rule.max_bytes == _LARGEST else format_size(rule.max_bytes)
-        rows.add_row(rule.collective.value, above, top, rule.algo, number(rule.time_us))
+        placed = "" if rule.placement == ANY else f" ({rule.placement.replace('_', ' ')})"
+        rows.add_row(rule.collective.value + placed, above, top, rule.algo,
+                     number(rule.time_us))
     out.print(rows)
     for path in (output, nccl_csv):
         if path is not None:

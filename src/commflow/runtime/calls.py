@@ -75,3 +75,11 @@ def in_place(send: np.ndarray, recv: np.ndarray, rank: int) -> bool:
     return (small.nbytes > 0 and large.nbytes % small.nbytes == 0
             and small.ctypes.data == large.ctypes.data + rank * small.nbytes
             and (rank + 1) * small.nbytes <= large.nbytes)
+
+
+def placed_in_place(send: np.ndarray, recv: np.ndarray, rank: int) -> bool:
+    """Whether a call is in place for ``auto``'s choice (a tuning rule may hold for one
+    placement): the output is the input (the same start and size, on any rank), or
+    :func:`in_place`'s block of the larger buffer."""
+    return (send.nbytes == recv.nbytes and send.ctypes.data == recv.ctypes.data) \
+        or in_place(send, recv, rank)

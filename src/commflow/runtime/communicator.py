@@ -109,7 +109,7 @@ class Communicator(CallRunner):
         if type(algo) is str and algo == "auto" and programs.tuned():
             nbytes = getattr(x, "nbytes", None)
             if nbytes is not None:  # the table's choice (a fast-path variant, an algorithm)
-                algo = self._tuned_allreduce(int(nbytes))
+                algo = self._tuned_allreduce(int(nbytes), out is x)
         a = as_numpy(x, "allreduce input")
         out = like(x, a.shape) if out is None else out
         b = self._output(out, a.shape, a.dtype, "allreduce")
@@ -123,12 +123,12 @@ class Communicator(CallRunner):
         return self._submit(Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,
                             async_op, timeout)
 
-    def _tuned_allreduce(self, nbytes: int) -> str:
-        """What ``auto`` runs for an allreduce of ``nbytes`` under the loaded tuning table: a
-        fast-path variant by the name it runs under (``shm`` where it cuts the call as the
-        defaults do), or an algorithm."""
+    def _tuned_allreduce(self, nbytes: int, in_place: bool) -> str:
+        """What ``auto`` runs for an allreduce of ``nbytes`` (``in_place``: ``out=x``) under
+        the loaded tuning table: a fast-path variant by the name it runs under (``shm`` where
+        it cuts the call as the defaults do), or an algorithm."""
         name = programs.choose(Collective.ALLREDUCE, self.size, nbytes, "auto",
-                               fast_path=self.fast_path)
+                               fast_path=self.fast_path, in_place=in_place)
         if name != fastpath.NAME and fastpath.is_fast(name):
             return fastpath.effective(fastpath.variant(name), Collective.ALLREDUCE, nbytes,
                                       self.size).name

@@ -186,10 +186,12 @@ class LeanPath:
 
     def _follows(self, nbytes: int) -> bool:
         """Whether ``auto`` runs an allreduce of ``nbytes`` as ``shm`` under the loaded
-        tuning table (:func:`~commflow.runtime.programs.choose` remembers its choices)."""
-        name = programs.choose(Collective.ALLREDUCE, self._n, nbytes, "auto", fast_path=True)
-        return fastpath.is_fast(name) and fastpath.effective(
+        tuning table in both placements (:func:`~commflow.runtime.programs.choices` remembers
+        them; where they differ, the general path looks at the call's placement)."""
+        names = set(programs.choices(Collective.ALLREDUCE, self._n, nbytes, fast_path=True))
+        return all(fastpath.is_fast(name) and fastpath.effective(
             fastpath.variant(name), Collective.ALLREDUCE, nbytes, self._n) == fastpath.DEFAULT
+            for name in names)
 
     def _plan(self, dtype: np.dtype, op: str, nbytes: int) -> tuple | None:
         """``(allreduce kernel, completion kernel, address of the constants, their array,

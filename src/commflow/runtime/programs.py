@@ -91,35 +91,48 @@ def _active_table() -> TuningTable | None:
 
 
 def choose(
-    collective: Collective, nranks: int, nbytes: int, algo: str, *, fast_path: bool = False
+    collective: Collective, nranks: int, nbytes: int, algo: str, *, fast_path: bool = False,
+    in_place: bool = False,
 ) -> str:
     """The algorithm to run: ``algo`` itself unless it is ``"auto"``; then the tuning table's
-    rule for the collective, rank count and size when one is loaded and covers it
+    rule for the collective, rank count, size and placement (``in_place``:
+    :func:`commflow.runtime.calls.placed_in_place`) when one is loaded and covers it
     (:func:`use_tuning_table`; a rule for the fast path or a variant of it only where the fast
-    path applies); else the
+    path applies; ranks that call one collective in different placements may then choose
+    differently and fail with ``CommMismatchError``); else the
     shared-memory fast path where it applies (``fast_path``: one host, world communicator; it
     was fastest or level at every size in ``commflow bench --algo all``, see
     docs/benchmarks.md), else a log-step algorithm below :data:`SMALL` bytes and a
     bandwidth-optimal one above."""
     if algo != "auto":
         return algo
+    return choices(collective, nranks, nbytes, fast_path=fast_path)[in_place]
+
+
+def choices(collective: Collective, nranks: int, nbytes: int, *,
+            fast_path: bool = False) -> tuple[str, str]:
+    """What ``auto`` runs (:func:`choose`) for a call out of place and in place; a caller
+    looks at its call's placement only where the two differ."""
     _active_table()  # loads COMMFLOW_TUNING_TABLE on first use, a new generation
     key = (collective, nranks, nbytes, fast_path, generation)
     chosen = _chosen.get(key)
     if chosen is None:
         if len(_chosen) > 4096:
             _chosen.clear()
-        chosen = _chosen[key] = _choose(collective, nranks, nbytes, fast_path)
+        chosen = _chosen[key] = (_choose(collective, nranks, nbytes, fast_path, False),
+                                 _choose(collective, nranks, nbytes, fast_path, True))
     return chosen
 
 
-_chosen: dict[tuple, str] = {}
+_chosen: dict[tuple, tuple[str, str]] = {}
 """What ``auto`` chose per call shape and table generation (a table has many rules)."""
 
 
-def _choose(collective: Collective, nranks: int, nbytes: int, fast_path: bool) -> str:
+def _choose(collective: Collective, nranks: int, nbytes: int, fast_path: bool,
+            in_place: bool) -> str:
     table = _active_table()
-    tuned = None if table is None else table.lookup(collective, nranks, nbytes)
+    tuned = None if table is None else table.lookup(collective, nranks, nbytes,
+                                                    in_place=in_place)
     if tuned is not None and (fast_path or not fastpath.is_fast(tuned)):
         return tuned
     if fast_path and collective in fastpath.COLLECTIVES:

@@ -16,7 +16,7 @@ from commflow.errors import CommflowError
 from commflow.ir import Program
 from commflow.runtime import fastpath, flight, programs
 from commflow.runtime.arrays import flat
-from commflow.runtime.calls import Call, Handle, check_timeout, in_place
+from commflow.runtime.calls import Call, Handle, check_timeout, in_place, placed_in_place
 from commflow.runtime.errors import CommAbortedError, CommError, CommTimeoutError
 from commflow.runtime.executor import run_plan
 from commflow.runtime.ops import Reducer, finish, reducer
@@ -174,8 +174,12 @@ class CallRunner:
         coll = call.collective
         dtype = call.send.dtype
         nbytes = call.unit * dtype.itemsize
-        name = programs.choose(coll, self.size, max(call.send.nbytes, call.recv.nbytes),
-                               call.algo, fast_path=self._fast is not None)
+        send, recv = flat(call.send), flat(call.recv)
+        name = call.algo
+        if name == "auto":  # the placement counts only where its rules differ
+            out, inside = programs.choices(coll, self.size, max(send.nbytes, recv.nbytes),
+                                           fast_path=self._fast is not None)
+            name = inside if out != inside and placed_in_place(send, recv, self.rank) else out
         fast = fastpath.is_fast(name)
         if fast:  # named as it cuts this call (shm when as the defaults)
             staged = nbytes * (self.size if coll is Collective.REDUCESCATTER else 1)
@@ -184,7 +188,6 @@ class CallRunner:
         if entry is not None:
             self._flight.start(entry, name)
         root = call.root if coll in _ROOTED else None
-        send, recv = flat(call.send), flat(call.recv)
         if (coll is not Collective.BROADCAST and not (fast and in_place(send, recv, self.rank))
                 and np.may_share_memory(send, recv)):
             send = send.copy()  # a program may read input it has already overwritten

@@ -1,13 +1,14 @@
 """Online tuning on a live communicator: which algorithm is fastest at each size, measured.
 
-For each collective and size, every algorithm the runtime can run on this communicator is
-timed by successive halving (Jamieson and Talwalkar 2016): each round times the surviving
-candidates ``iters`` times (a call out of place plus one in place, each after a barrier;
+For each collective, size and placement (out of place, in place), every algorithm the
+runtime can run on this communicator is timed by successive halving (Jamieson and Talwalkar
+2016): each round times the surviving candidates ``iters`` times (each call after a barrier;
 the time is the slowest rank's, so every rank sees the same numbers and keeps the same
 half), then the number of calls doubles, until one is left or the time budget is spent
-(then the fastest so far wins). Runs of sizes with the same winner become one rule of a
+(then the fastest so far wins). Runs of sizes with the same winners become rules of a
 :class:`~commflow.tuning_table.TuningTable` (``model="live"``, keyed by
-:func:`live_fingerprint`), which ``auto`` follows once loaded
+:func:`live_fingerprint`): one rule for both placements where they have the same winner, a
+rule per placement where not; ``auto`` follows the table once loaded
 (:func:`commflow.runtime.use_tuning_table`, or ``COMMFLOW_TUNING_TABLE``).
 
 Where the fast path runs, its variants are candidates too (a rule may name
@@ -27,7 +28,7 @@ import numpy as np
 
 from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError, CommflowError
-from commflow.tuning_table import Rule, TuningTable
+from commflow.tuning_table import IN_PLACE, OUT_OF_PLACE, Rule, TuningTable
 
 COLLECTIVES = (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER)
 """Collectives tuned by default."""
@@ -106,22 +107,22 @@ def _call(comm, collective: Collective, x: np.ndarray, algo: str,
 
 
 def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
-          iters: int) -> dict[str, float]:
+          iters: int, placements: Sequence[bool] = (False, True)) -> dict[str, float]:
     """Median over ``iters`` samples of the slowest rank's seconds, per name; a sample is
-    one call out of place plus one in place (a rule serves both, and a program run in place
-    copies its input first). The names take turns sample by sample, so a change in the
-    machine's load reaches all of them alike."""
+    one call in each of ``placements`` (``True``: in place; a program run in place copies
+    its input first). The names take turns sample by sample, so a change in the machine's
+    load reaches all of them alike."""
     buf = np.empty(len(x) * (comm.size if collective is Collective.ALLGATHER else 1), x.dtype)
     block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
     mine = buf[block] if collective is Collective.ALLGATHER else buf
     times = np.zeros((len(names), iters))
     for i in range(iters):
         for j, name in enumerate(names):
-            for inplace in (None, buf):
+            for placed in placements:
                 mine[...] = x
                 comm.barrier()
                 start = time.perf_counter()
-                _call(comm, collective, x, name, inplace)
+                _call(comm, collective, x, name, buf if placed else None)
                 times[j, i] += time.perf_counter() - start
     slowest = comm.allreduce(times, op="max")
     return {name: float(np.median(row)) for name, row in zip(names, slowest, strict=True)}
@@ -139,9 +140,11 @@ noisy round would make ``auto`` slower than the default it replaces."""
 
 def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
           iters: int = 3, deadline: float = float("inf"), incumbent: str | None = None,
-          margin: float = MARGIN) -> tuple[str, float]:
+          margin: float = MARGIN, placements: Sequence[bool] = (False, True)
+          ) -> tuple[str, float]:
     """The fastest of ``names`` for a ``size``-byte ``collective`` (nccl-tests convention)
-    by successive halving, and its median seconds. Every rank returns the same.
+    by successive halving, and its median seconds per sample (one call in each of
+    ``placements``: ``False`` out of place, ``True`` in place). Every rank returns the same.
 
     The first round times every name ``iters`` times, or more (up to :data:`MAX_ITERS`)
     when a warm-up call of each says that the rounds fit before ``deadline`` (every round
@@ -152,13 +155,13 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     count = _count(collective, size, comm.size)
     x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
     alive = list(names)
-    timed = _time(comm, collective, x, alive, 1)  # warm-up
+    timed = _time(comm, collective, x, alive, 1, placements)  # warm-up
     left = comm.allreduce(np.array([deadline - time.monotonic()]), op="min")[0]
     rounds_left = max(1, math.ceil(math.log2(len(alive))))
     fits = left / (sum(timed.values()) * rounds_left * 1.5)  # 1.5: barriers, stragglers
     rounds = int(min(MAX_ITERS, max(iters, fits))) if math.isfinite(fits) else iters
     while len(alive) > 1:
-        timed = _time(comm, collective, x, alive, rounds)
+        timed = _time(comm, collective, x, alive, rounds, placements)
         alive = sorted(alive, key=lambda n: (timed[n], n))[: max(1, len(alive) // 2)]
         rounds *= 2
         over = comm.allreduce(np.array([float(time.monotonic() > deadline)]), op="max")[0]
@@ -166,7 +169,8 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
             break
     best = min(alive, key=lambda n: (timed[n], n))
     if incumbent is not None and incumbent != best:
-        final = _time(comm, collective, x, [best, incumbent], max(FINAL_CALLS, rounds // 2))
+        final = _time(comm, collective, x, [best, incumbent], max(FINAL_CALLS, rounds // 2),
+                      placements)
         if final[best] >= final[incumbent] * (1 - margin):
             best = incumbent
         return best, final[best]
@@ -178,8 +182,10 @@ def tune_live(comm, sizes: Sequence[int], *,
               budget: float = 60.0, iters: int = 3) -> TuningTable:
     """Measure the fastest algorithm for each of ``collectives`` at each of ``sizes`` (bytes,
     increasing) on ``comm`` within about ``budget`` seconds; every rank returns the same
-    table. Rules cover from just above the previous tuned size's rule to their own size; the
-    first starts at 0 bytes, the last covers every larger size.
+    table. Each placement is tuned on its own, in half the time of a size. Rules cover from
+    just above the previous tuned size's rule to their own size; the first starts at 0 bytes,
+    the last covers every larger size; a rule holds for both placements where their winners
+    agree, else there is one per placement.
 
     Raises ``CommflowError`` for no sizes, unsorted sizes or a collective it cannot time.
     """
@@ -196,26 +202,35 @@ def tune_live(comm, sizes: Sequence[int], *,
         names = candidates(comm, kind)
         winners = []
         for size in sizes:
-            case_deadline = min(deadline, time.monotonic() + per_case)
-            winners.append(halve(comm, kind, size, distinct(names, kind, size, comm.size),
-                                 iters=iters, deadline=case_deadline,
-                                 incumbent=fastpath.NAME if fastpath.NAME in names else None))
+            kept = distinct(names, kind, size, comm.size)
+            winners.append(tuple(
+                halve(comm, kind, size, kept, iters=iters, placements=(placed,),
+                      deadline=min(deadline, time.monotonic() + per_case / 2),
+                      incumbent=fastpath.NAME if fastpath.NAME in names else None)
+                for placed in (False, True)))
         rules += _rules(kind, comm.size, sizes, winners)
     return TuningTable(fingerprint=live_fingerprint(comm), topology=f"live {comm.size} ranks",
                        model="live", rules=tuple(rules))
 
 
 def _rules(kind: Collective, nranks: int, sizes: list[int],
-           winners: list[tuple[str, float]]) -> list[Rule]:
+           winners: list[tuple[tuple[str, float], tuple[str, float]]]) -> list[Rule]:
+    """Rules from the ``(out of place, in place)`` winners at each of ``sizes``: a run of
+    sizes with the same winners becomes one rule for both placements where they agree, else
+    one rule per placement (``time_us``: per call, the two placements' mean for both)."""
     rules: list[Rule] = []
     low = 0
-    for j, (size, (algo, seconds)) in enumerate(zip(sizes, winners, strict=True)):
+    for j, (size, (out, inside)) in enumerate(zip(sizes, winners, strict=True)):
         last = j == len(sizes) - 1
-        if not last and winners[j + 1][0] == algo:
+        if not last and (winners[j + 1][0][0], winners[j + 1][1][0]) == (out[0], inside[0]):
             continue
-        rules.append(Rule(collective=kind, nranks=nranks, min_bytes=low,
-                          max_bytes=2**63 - 1 if last else size, algo=algo,
-                          time_us=seconds * 1e6))
+        top = 2**63 - 1 if last else size
+        if out[0] == inside[0]:
+            rules.append(Rule(collective=kind, nranks=nranks, min_bytes=low, max_bytes=top,
+                              algo=out[0], time_us=(out[1] + inside[1]) / 2 * 1e6))
+        else:
+            rules += [Rule(collective=kind, nranks=nranks, min_bytes=low, max_bytes=top,
+                           algo=algo, time_us=seconds * 1e6, placement=placement)
+                      for (algo, seconds), placement in ((out, OUT_OF_PLACE), (inside, IN_PLACE))]
         low = size + 1
     return rules
-

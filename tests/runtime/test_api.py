@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from commflow.runtime.calls import in_place
+
 from .harness import run_world
 
 
@@ -94,3 +96,15 @@ def test_bad_input_gets_clear_errors_without_communication():
                 "no algorithm 'nope'", "root 2 is outside", "output must have shape"]
     for want, got in zip(expected, errors, strict=True):
         assert want in got, (want, got)
+
+
+def test_in_place_is_the_same_buffer_on_every_rank_or_the_rank_s_block():
+    x = np.arange(12, dtype=np.float32)
+    for rank in range(3):
+        assert in_place(x, x, rank)  # an in-place allreduce, on any rank (was rank 0 only)
+        assert not in_place(x, x.copy(), rank)
+        assert in_place(x[4 * rank:4 * rank + 4], x, rank)  # allgather's input, its block
+        assert in_place(x, x[4 * rank:4 * rank + 4], rank)  # reduce-scatter's output
+        assert not in_place(x[4:8], x, rank) or rank == 1
+    assert not in_place(x[1:], x[:-1], 0)  # overlapping, not in place: the caller copies
+    assert not in_place(x[:0], x[:0], 0)

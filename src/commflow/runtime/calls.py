@@ -68,18 +68,14 @@ def check_timeout(timeout: float, what: str) -> float:
 
 
 def in_place(send: np.ndarray, recv: np.ndarray, rank: int) -> bool:
-    """Whether ``send`` and ``recv`` (flat) are an in-place call the fast path handles without
-    a copy: the same buffer, or the smaller one exactly at block ``rank`` of the larger
-    (allgather/gather input, reduce-scatter/scatter output). Any other overlap is copied."""
+    """Whether ``send`` and ``recv`` (flat) are an in-place call, which the fast path runs
+    without a copy and ``auto`` may choose for apart (a tuning rule may hold for one
+    placement): the same buffer, on any rank, or the smaller one exactly at block ``rank`` of
+    the larger (allgather/gather input, reduce-scatter/scatter output). Any other overlap is
+    copied."""
+    if send.nbytes == recv.nbytes:
+        return send.nbytes > 0 and send.ctypes.data == recv.ctypes.data
     small, large = sorted((send, recv), key=lambda a: a.nbytes)
     return (small.nbytes > 0 and large.nbytes % small.nbytes == 0
             and small.ctypes.data == large.ctypes.data + rank * small.nbytes
             and (rank + 1) * small.nbytes <= large.nbytes)
-
-
-def placed_in_place(send: np.ndarray, recv: np.ndarray, rank: int) -> bool:
-    """Whether a call is in place for ``auto``'s choice (a tuning rule may hold for one
-    placement): the output is the input (the same start and size, on any rank), or
-    :func:`in_place`'s block of the larger buffer."""
-    return (send.nbytes == recv.nbytes and send.ctypes.data == recv.ctypes.data) \
-        or in_place(send, recv, rank)

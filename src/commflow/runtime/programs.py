@@ -96,7 +96,7 @@ def choose(
 ) -> str:
     """The algorithm to run: ``algo`` itself unless it is ``"auto"``; then the tuning table's
     rule for the collective, rank count, size and placement (``in_place``:
-    :func:`commflow.runtime.calls.placed_in_place`) when one is loaded and covers it
+    :func:`commflow.runtime.calls.in_place`) when one is loaded and covers it
     (:func:`use_tuning_table`; a rule for the fast path or a variant of it only where the fast
     path applies; ranks that call one collective in different placements may then choose
     differently and fail with ``CommMismatchError``); else the

@@ -16,7 +16,7 @@ from commflow.errors import CommflowError
 from commflow.ir import Program
 from commflow.runtime import fastpath, flight, programs
 from commflow.runtime.arrays import flat
-from commflow.runtime.calls import Call, Handle, check_timeout, in_place, placed_in_place
+from commflow.runtime.calls import Call, Handle, check_timeout, in_place
 from commflow.runtime.errors import CommAbortedError, CommError, CommTimeoutError
 from commflow.runtime.executor import run_plan
 from commflow.runtime.ops import Reducer, finish, reducer
@@ -179,7 +179,7 @@ class CallRunner:
         if name == "auto":  # the placement counts only where its rules differ
             out, inside = programs.choices(coll, self.size, max(send.nbytes, recv.nbytes),
                                            fast_path=self._fast is not None)
-            name = inside if out != inside and placed_in_place(send, recv, self.rank) else out
+            name = inside if out != inside and in_place(send, recv, self.rank) else out
         fast = fastpath.is_fast(name)
         if fast:  # named as it cuts this call (shm when as the defaults)
             staged = nbytes * (self.size if coll is Collective.REDUCESCATTER else 1)

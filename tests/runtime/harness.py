@@ -10,6 +10,8 @@ import traceback
 import uuid
 from collections.abc import Callable
 
+import numpy as np
+
 _CTX = mp.get_context("fork")
 
 
@@ -75,3 +77,13 @@ def run_ranks(target: Callable, make_args: Callable, nranks: int, *, timeout: fl
     failures = [f"rank {r}: {v}" for r, (ok, v) in sorted(results.items()) if not ok]
     assert not failures, "\n".join(failures)
     return [results[r][1] for r in range(nranks)]
+
+
+def bits_differ(comm, algo: str) -> list[str]:
+    """A float32 allreduce of arbitrary values with ``algo``: ``[]`` when every rank got the
+    same bits, else one line saying they differ."""
+    floats = np.random.default_rng(comm.rank).standard_normal(70_001).astype(np.float32)
+    everyone = comm.allgather(comm.allreduce(floats, algo=algo)).reshape(comm.size, -1)
+    if all(np.array_equal(everyone[0].view(np.uint32), row.view(np.uint32)) for row in everyone):
+        return []
+    return [f"{algo}: ranks differ in the bits of a float32 sum"]

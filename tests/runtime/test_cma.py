@@ -17,7 +17,7 @@ from commflow.runtime import _cma, cma, dtype_of, fastpath
 from commflow.runtime.fastpath import CMA, Variant, effective, variant
 from commflow.tune.online import candidates
 
-from .harness import run_world
+from .harness import bits_differ, run_world
 
 # one_shot=1: every allreduce above one byte reads peers; 4K segments: several per call
 EVERY = "shm:one_shot=1:segment=4K:copy=cma"
@@ -84,11 +84,7 @@ def _exact(comm):
                 for what, result in got.items():
                     if not (result.dtype == dtype and np.array_equal(result, want[what])):
                         wrong.append(f"{name} {what} {dtype} {op} count={count}")
-        floats = np.random.default_rng(r).standard_normal(70_001).astype(np.float32)
-        everyone = comm.allgather(comm.allreduce(floats, algo=name)).reshape(n, -1)
-        if not all(np.array_equal(everyone[0].view(np.uint32), row.view(np.uint32))
-                   for row in everyone):
-            wrong.append(f"{name}: ranks differ in the bits of a float32 sum")
+        wrong += bits_differ(comm, name)
     return wrong
 
 

@@ -12,7 +12,7 @@ from commflow.runtime import fastpath
 from commflow.runtime.errors import CommMismatchError
 from commflow.runtime.fastpath import ONE_SHOT, SEGMENT, Variant, effective, variant
 
-from .harness import run_world
+from .harness import bits_differ, run_world
 
 # Tiny segments and thresholds, so that small arrays cross every boundary: several segments,
 # a one-shot first segment and a two-shot one, a call one-shot whole above the default.
@@ -95,12 +95,7 @@ def _exact(comm):
                     if not (result.dtype == want[what].dtype
                             and np.array_equal(result, want[what])):
                         wrong.append(f"{name} {what} {np.dtype(dtype)} count={count}")
-        # arbitrary floats: every rank gets the same bits
-        floats = np.random.default_rng(r).standard_normal(70_001).astype(np.float32)
-        everyone = comm.allgather(comm.allreduce(floats, algo=name)).reshape(n, -1)
-        if not all(np.array_equal(everyone[0].view(np.uint32), row.view(np.uint32))
-                   for row in everyone):
-            wrong.append(f"{name}: ranks differ in the bits of a float32 sum")
+        wrong += bits_differ(comm, name)
     return wrong
 
 

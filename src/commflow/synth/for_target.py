@@ -21,12 +21,14 @@ from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError, ProgramError
 from commflow.ir import Program
 from commflow.ir.msccl import to_msccl_xml
+from commflow.ir.msccl_fit import element_budget, fused_pieces
 from commflow.ir.target import Target, get_target
 from commflow.ir.transform import split_channels
 from commflow.sim import simulate
 from commflow.synth.api import synthesize
 from commflow.synth.cross_box import cross_box_first
 from commflow.topology.graph import Topology
+from commflow.units import format_size
 
 PIECES_TRIED = (64, 32, 16, 8, 4, 2, 1)
 """Chunks per share tried, most first."""
@@ -75,6 +77,7 @@ def synthesize_for(
     root: int = 0,
     pieces: tuple[int, ...] = PIECES_TRIED,
     size: float = REFERENCE_SIZE,
+    max_loss: float | None = None,
 ) -> tuple[Program, str]:
     """The bandwidth-synthesized program that exports to ``target`` (verified there, bounded
     buffers and limits included) and runs fastest there at ``size`` bytes, and its MSCCL XML.
@@ -88,7 +91,12 @@ def synthesize_for(
     :data:`LEVELED_TRIED` with at most :data:`FEW_TREES` trees per root; a reduce-scatter
     lowered in shares across boxes also with partials bound for another box first. Each is
     simulated with the flow model on the target (its loops and bounded buffers). Raises
-    ``AlgorithmError`` naming the target and the last refusal when none fits.
+    ``AlgorithmError`` naming the target and the last refusal when none fits, and, with
+    ``max_loss`` (a fraction: 0.02 for 2%), when the fastest that fits runs more than that
+    below the default synthesis at ``size`` (flow model, one pass), with the numbers: its
+    speed, the elements its XML holds against the parser's limit, and about how many pieces
+    would fit with every receive fused with its forward
+    (:func:`~commflow.ir.msccl_fit.fused_pieces`).
     """
     where = get_target(target)
     reason = "no pieces tried"
@@ -131,10 +139,44 @@ def synthesize_for(
         raise AlgorithmError(
             f"no synthesized {collective} program for {topology.name} fits {where.describe()} "
             f"with {min(pieces)}..{max(pieces)} pieces per share; the last refusal: {reason}")
-    if len(fitted) == 1:
-        return fitted[0]
-    return min(fitted, key=lambda c: simulate(c[0], topology, size, model="flow",
-                                              target=where).time)
+    best = fitted[0] if len(fitted) == 1 else min(
+        fitted, key=lambda c: simulate(c[0], topology, size, model="flow", target=where).time)
+    if max_loss is not None:
+        default = synthesize(collective, topology, root=root)
+        _check_loss(best, default, topology, where, size, max_loss)
+    return best
+
+
+def _check_loss(best: tuple[Program, str], default: Program, topology: Topology,
+                where: Target, size: float, max_loss: float) -> None:
+    """Raise ``AlgorithmError`` with the numbers when ``best`` (program, XML) runs more than
+    ``max_loss`` below ``default`` at ``size`` (see :func:`synthesize_for`)."""
+    program, xml = best
+    ideal = simulate(default, topology, size, model="flow").algbw
+    got = simulate(program, topology, size, model="flow", target=where).algbw
+    loss = 1 - got / ideal
+    if loss <= max_loss:
+        return
+    params = dict(program.params)
+    pieces = int(params.get("pieces", 1))
+    unit = "root" if params.get("lowering") == "streams" else "share"
+    many = "piece" if pieces == 1 else "pieces"
+    how = "".join(f", {k} {params[k]}" for k in ("levels", "split", "order") if k in params)
+    ranks = [g.count("<tb ") + g.count("<step ") for g in xml.split("<gpu ")[1:]]
+    used, scope = (max(ranks), "for one rank") if where.nodes_per_rank else (sum(ranks),
+                                                                             "per file")
+    limit = ""
+    budget = element_budget(program, where)
+    if budget is not None:
+        limit = (f"; its XML holds {used:,} of the {budget:,} <tb> and <step> elements "
+                 f"{where.name}'s parser keeps {scope}, and with every receive fused with "
+                 f"the send of what it wrote (rcs/rrcs) about "
+                 f"{fused_pieces(program, where, pieces):,} pieces per {unit} would fit")
+    raise AlgorithmError(
+        f"{program.collective.value} on {topology.name}: the fastest synthesized program "
+        f"{where.name} loads ({pieces} {many} per {unit}{how}) runs at {got / 1e9:.2f} GB/s "
+        f"at {format_size(size)}, {100 * loss:.2f}% below the default synthesis' "
+        f"{ideal / 1e9:.2f} GB/s, more than the {100 * max_loss:.2f}% allowed{limit}")
 
 
 def _orders(program: Program, topology: Topology, streams: bool) -> list[Program]:

@@ -6,7 +6,9 @@ unbounded buffers) against the program that each target loads and runs fastest
 per edge channels by tree depth or streams cut into threadblocks), simulated with the flow
 model on that target (bounded connection buffers, the kernel's loops of 2 MiB chunks for
 Simple). ``order`` ``xbox``: a reduce-scatter whose partials bound for another box go first
-(:func:`commflow.synth.cross_box.cross_box_first`).
+(:func:`commflow.synth.cross_box.cross_box_first`). ``fused``: about how many pieces would
+fit the target's XML elements with every receive fused with the send of what it wrote
+(:func:`commflow.ir.msccl_fit.fused_pieces`; ``-`` where that is no limit).
 
     .venv/bin/python benchmarks/export_targets.py dgx1 dgx-a100x2 mi250x2
 """
@@ -18,6 +20,8 @@ import time
 
 from commflow.errors import CommflowError
 from commflow.ir.msccl import chunks_per_loop
+from commflow.ir.msccl_fit import fused_pieces
+from commflow.ir.target import get_target
 from commflow.sim import simulate
 from commflow.synth import synthesize, synthesize_for
 from commflow.topology import load
@@ -32,7 +36,7 @@ ORDERS = {"cross-box first": "xbox"}
 def main(presets: list[str]) -> None:
     print(f"{'preset':<12}{'collective':<15}{'target':<16}{'pieces':>7}{'levels':>7}{'split':>6}"
           f"{'order':>7}{'steps':>8}"
-          f"{'chunks/loop':>12}{'GB/s':>9}{'default':>9}{'loss%':>8}{'secs':>7}")
+          f"{'chunks/loop':>12}{'GB/s':>9}{'default':>9}{'loss%':>8}{'fused':>7}{'secs':>7}")
     for name in presets:
         topo = load(name)
         for collective in COLLECTIVES:
@@ -46,11 +50,14 @@ def main(presets: list[str]) -> None:
                     continue
                 algbw = simulate(program, topo, SIZE, model="flow", target=target).algbw
                 params = dict(program.params)
+                fused = fused_pieces(program, get_target(target), int(params.get("pieces", 1)))
+                fused = "-" if fused is None else fused
                 print(f"{name:<12}{collective:<15}{target:<16}{params.get('pieces', '-')!s:>7}"
                       f"{params.get('levels', '-')!s:>7}{params.get('split', '-')!s:>6}"
                       f"{ORDERS.get(params.get('order'), '-'):>7}{program.nsteps:>8}"
                       f"{chunks_per_loop(program):>12}{algbw / 1e9:>9.2f}{default / 1e9:>9.2f}"
-                      f"{100 * (1 - algbw / default):>8.2f}{time.perf_counter() - start:>7.1f}",
+                      f"{100 * (1 - algbw / default):>8.2f}{fused!s:>7}"
+                      f"{time.perf_counter() - start:>7.1f}",
                       flush=True)
 
 

@@ -25,6 +25,7 @@ def test_the_script_prints_every_collective_and_target(capsys):
     ring = topology.load("ring4")
     for row in rows:
         words = row.split()
-        algbw, default, loss = float(words[-4]), float(words[-3]), float(words[-2])
+        algbw, default, loss = float(words[-5]), float(words[-4]), float(words[-3])
         assert abs(loss) < 0.1 and algbw <= default * 1.001
+        assert int(words[-2]) >= int(words[3])  # fully fused, at least the pieces it holds
         assert algbw * 1e9 <= lower_bound(words[1], ring, module.SIZE).algbw * 1.0001

@@ -60,10 +60,10 @@ def test_nothing_fitting_is_refused_with_the_last_reason():
 def test_a_loss_above_max_loss_is_refused_with_the_numbers():
     # DGX-1 allreduce on MSCCL, 1 piece per tree: 2.42% below the default synthesis
     with pytest.raises(AlgorithmError, match=(
-            r"1 piece per root, levels 6\) runs at 83\.39 GB/s at 1G, 2\.42% below the default "
+            r"1 piece per tree, levels 6\) runs at 83\.39 GB/s at 1G, 2\.42% below the default "
             r"synthesis' 85\.45 GB/s, more than the 2\.00% allowed; its XML holds 1,933 of "
             r"the 4,087 <tb> and <step> elements msccl's parser keeps per file, and with every "
-            r"receive fused .* about 3 pieces per root would fit")):
+            r"receive fused .* about 3 pieces per tree would fit")):
         synthesize_for("allreduce", DGX1, "msccl", pieces=(1,), max_loss=0.02)
     program, _ = synthesize_for("allreduce", DGX1, "msccl", pieces=(1,), max_loss=0.025)
     assert dict(program.params)["levels"] == 6

@@ -149,9 +149,9 @@ def synthesize_for(
 
 def lowering_loss(program: Program, default: Program, topology: Topology,
                   target: Target | str, size: float = REFERENCE_SIZE) -> float:
-    """How much slower ``program`` runs on ``target`` than ``default`` in one pass without
-    limits, at ``size`` bytes (flow model): ``1 - algbw / default's algbw`` (0.0242: 2.42%
-    below)."""
+    """How much slower ``program`` runs on ``target`` than ``default`` runs in one pass
+    without any runtime limit, at ``size`` bytes (flow model): ``1 - algbw / default's
+    algbw`` (0.0242: 2.42% below)."""
     ideal = simulate(default, topology, size, model="flow").algbw
     return 1 - simulate(program, topology, size, model="flow", target=target).algbw / ideal
 
@@ -168,7 +168,9 @@ def _check_loss(best: tuple[Program, str], default: Program, topology: Topology,
         return
     params = dict(program.params)
     pieces = int(params.get("pieces", 1))
-    unit = "root" if params.get("lowering") == "streams" else "share"
+    unit = "share"  # streams: pieces per tree of an exact packing, else per root's data
+    if params.get("lowering") == "streams":
+        unit = "tree" if params.get("packing") == "forest" else "root"
     many = "piece" if pieces == 1 else "pieces"
     how = "".join(f", {k} {params[k]}" for k in ("levels", "split", "order") if k in params)
     ranks = [g.count("<tb ") + g.count("<step ") for g in xml.split("<gpu ")[1:]]

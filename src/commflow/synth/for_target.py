@@ -152,8 +152,15 @@ def lowering_loss(program: Program, default: Program, topology: Topology,
     """How much slower ``program`` runs on ``target`` than ``default`` runs in one pass
     without any runtime limit, at ``size`` bytes (flow model): ``1 - algbw / default's
     algbw`` (0.0242: 2.42% below)."""
-    ideal = simulate(default, topology, size, model="flow").algbw
-    return 1 - simulate(program, topology, size, model="flow", target=target).algbw / ideal
+    got, ideal = _algbws(program, default, topology, target, size)
+    return 1 - got / ideal
+
+
+def _algbws(program: Program, default: Program, topology: Topology, target: Target | str,
+            size: float) -> tuple[float, float]:
+    """``program``'s algbw on ``target`` and ``default``'s in one pass without limits (B/s)."""
+    return (simulate(program, topology, size, model="flow", target=target).algbw,
+            simulate(default, topology, size, model="flow").algbw)
 
 
 def _check_loss(best: tuple[Program, str], default: Program, topology: Topology,
@@ -161,8 +168,7 @@ def _check_loss(best: tuple[Program, str], default: Program, topology: Topology,
     """Raise ``AlgorithmError`` with the numbers when ``best`` (program, XML) runs more than
     ``max_loss`` below ``default`` at ``size`` (see :func:`synthesize_for`)."""
     program, xml = best
-    ideal = simulate(default, topology, size, model="flow").algbw
-    got = simulate(program, topology, size, model="flow", target=where).algbw
+    got, ideal = _algbws(program, default, topology, where, size)
     loss = 1 - got / ideal
     if loss <= max_loss:
         return

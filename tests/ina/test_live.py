@@ -106,8 +106,31 @@ def test_bad_switch_address_and_input_are_clear_errors():
         ina_allreduce(np.ones(3), switch=("127.0.0.1", "p"), rank=0, nranks=2)
     with pytest.raises(InaError, match="rank 1: float32 or float64 array expected, got int64"):
         ina_allreduce(np.ones(3, np.int64), switch=("127.0.0.1", 1), rank=1, nranks=2)
-    with pytest.raises(InaError, match="rank 0: the array holds inf or nan"):
-        ina_allreduce(np.array([1.0, np.nan]), switch=("127.0.0.1", 1), rank=0, nranks=2)
+
+
+@pytest.mark.parametrize("bad", [np.nan, -np.inf])
+def test_inf_or_nan_on_one_rank_fails_every_rank_promptly_and_frees_the_slots(forked, bad):
+    sw = forked(2, 4, values=100)
+    xs = arrays(2, 1000, np.float32, seed=4)
+    xs[1][745] = bad
+    errors = []
+
+    def call(x, **kwargs):
+        try:
+            return ina_allreduce(x, **kwargs)
+        except InaError as e:
+            errors.append(str(e))
+
+    start = time.monotonic()
+    allreduce_threads(xs, sw.addr, slots=4, call=call, timeout=10)
+    assert time.monotonic() - start < 5
+    assert sorted(e.split(": ", 1)[1] for e in errors) == [
+        "a rank's array holds inf or nan in block 7 (elements [700, 800)), which cannot be "
+        "quantized; the switch's sum of it is void"] * 2
+    xs[1][745] = 0.5
+    outs, _ = allreduce_threads(xs, sw.addr, slots=4)
+    check(outs, xs, values=100)
+    assert sw.stop()["sessions"] == 2
 
 
 def test_garbage_at_the_switch_is_ignored(forked):

@@ -46,9 +46,10 @@ def block_exponent(bits, lo, hi, mbits, bias, mask):
     nan. The largest magnitude is the largest of the bits without the sign (an integer
     maximum that vectorizes); its exponent field ``E`` gives ``E - bias + 1``, a subnormal
     mantissa ``m`` gives ``bit_length(m) + 1 - bias - mbits``."""
+    part = bits[lo:hi]  # a slice and a loop from 0 vectorize, ``range(lo, hi)`` does not
     m = np.int64(0)
-    for t in range(lo, hi):
-        v = np.int64(bits[t] & mask)
+    for t in range(part.size):
+        v = part[t] & mask
         m = v if v > m else m
     top = np.int64(m >> mbits)
     if top == (mask >> mbits):
@@ -90,10 +91,10 @@ def fill(s, ident, phase, agreed, flat, bits, mbits, bias, mask, packets, sizes)
     if count:
         scale = math.ldexp(1.0, ident[SHIFT] - e) if e != EMPTY and e != NONFINITE else 0.0
         words = np.zeros(count, np.uint32)
+        src = flat[lo:lo + count]
         if scale:
-            for t in range(count):
-                v = np.int64((np.float64(flat[lo + t]) * scale + _ROUND) - _ROUND)
-                words[t] = _swap(v)
+            for t in range(src.size):
+                words[t] = _swap(np.int64((np.float64(src[t]) * scale + _ROUND) - _ROUND))
         _copy(words.view(np.uint8), pkt[HDR:HDR + 4 * count])
     sizes[s] = HDR + 4 * count
 
@@ -145,8 +146,9 @@ def take_results(buf, lens, count, ident, phase, last, agreed, out, flat, bits, 
                 scale = math.ldexp(1.0, a - q) if a != EMPTY else 1.0
                 words = np.empty(cnt, np.uint32)
                 _copy(b[HDR:HDR + 4 * cnt], words.view(np.uint8))
-                for t in range(cnt):
-                    out[lo + t] = np.float64(np.int32(_swap(np.int64(words[t])))) * scale
+                dst = out[lo:lo + cnt]
+                for t in range(dst.size):
+                    dst[t] = np.float64(np.int32(_swap(np.int64(words[t])))) * scale
         counters[RESULTS] += 1
         counters[GROUP_RESULTS] += worker == _GROUP
         agreed[s] = e

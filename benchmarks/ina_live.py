@@ -21,7 +21,8 @@ through the switch, per ``--delivery`` (``unicast``: the switch sends each resul
 worker; ``multicast``: once, to the group :data:`GROUP`, which the bridge copies to every
 host's port); commflow's ``ring`` allreduce (``comm.allreduce(x, algo="ring")``, its
 engine transport over TCP, which the injected loss does not touch); with ``--gloo`` torch's
-gloo ``all_reduce`` between the same hosts. Also INA's retransmissions per call (all ranks)
+gloo ``all_reduce`` between the same hosts (INA and the ring write into one preallocated
+output, gloo sums in place). Also INA's retransmissions per call (all ranks)
 and its largest error relative to the protocol's bound (must stay <= 1).
 """
 
@@ -76,13 +77,15 @@ def _worker(args: argparse.Namespace) -> None:
         x = np.random.default_rng(rank).standard_normal(mib << 18).astype(np.float32)
         stats = [WorkerStats()]
         modes = args.delivery.split(",")
+        into = np.empty_like(x)
         calls = {
-            mode: lambda x=x, s=stats, g=GROUP if mode == "multicast" else None: ina_allreduce(
+            mode: lambda x=x, s=stats, o=into, g=GROUP if mode == "multicast" else None:
+            ina_allreduce(
                 x, switch=(SWITCH_ADDR, PORT), rank=rank, nranks=n, slots=args.slots,
                 faults=faults, stats=s[0], timeout=120, min_rto=args.min_rto,
-                max_rto=args.max_rto, group=g)
+                max_rto=args.max_rto, group=g, out=o)
             for mode in modes}
-        calls["ring"] = lambda x=x: comm.allreduce(x, algo="ring")
+        calls["ring"] = lambda x=x, o=into: comm.allreduce(x, algo="ring", out=o)
         if dist is not None:
             calls["gloo"] = lambda t=torch.from_numpy(x.copy()): dist.all_reduce(t)
         times: dict[str, list[float]] = {k: [] for k in calls}

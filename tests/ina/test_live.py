@@ -133,6 +133,25 @@ def test_inf_or_nan_on_one_rank_fails_every_rank_promptly_and_frees_the_slots(fo
     assert sw.stop()["sessions"] == 2
 
 
+def test_out_takes_the_sum_in_place_or_preallocated(forked):
+    sw = forked(3, 8, values=100)
+    xs = arrays(3, 2500, np.float32, seed=5)
+    ins = [x.copy() for x in xs]
+    outs, _ = allreduce_threads(ins, sw.addr, slots=4,
+                                call=lambda x, **kw: ina_allreduce(x, out=x, **kw))
+    assert all(o is i for o, i in zip(outs, ins, strict=True))
+    check(outs, xs, values=100)
+    bufs = [np.full((50, 50), 7, np.float32) for _ in xs]
+    outs, _ = allreduce_threads([x.reshape(50, 50) for x in xs], sw.addr, slots=4,
+                                call=lambda x, **kw: ina_allreduce(x, out=bufs[kw["rank"]], **kw))
+    assert all(o is b for o, b in zip(outs, bufs, strict=True))
+    check([o.reshape(-1) for o in outs], xs, values=100)
+    for bad in (np.empty(2500), np.empty(2499, np.float32), np.empty(5000, np.float32)[::2]):
+        with pytest.raises(InaError, match=r"rank 0: out must be a writable C-contiguous "
+                                           r"float32 array of shape \(2500,\)"):
+            ina_allreduce(xs[0], switch=sw.addr, rank=0, nranks=3, out=bad)
+
+
 def test_garbage_at_the_switch_is_ignored(forked):
     sw = forked(2)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

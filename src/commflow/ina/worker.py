@@ -167,9 +167,13 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
                   slots: int = 64, timeout: float = 30.0, fallback: bool = True, comm=None,
                   faults: Faults | None = None, stats: WorkerStats | None = None,
                   min_rto: float = 0.02, max_rto: float = 1.0,
-                  group: Address | None = None) -> np.ndarray:
+                  group: Address | None = None, out: np.ndarray | None = None
+                  ) -> np.ndarray:
     """The sum over ``nranks`` workers of ``array`` (float32 or float64, any shape), computed
     by the switch at ``switch = (host, port)``; every rank calls it with the same shape.
+    Written into ``out`` when given (a writable C-contiguous array of ``array``'s shape and
+    dtype; ``out=array`` sums in place, as each block is read before its sum arrives) and
+    returned; its content is undefined when the call raises.
 
     ``slots`` is how many aggregator slots (packets in flight) to ask for. When the switch has
     none free for ``job`` (another job holds them) the workers sum on the end hosts (ATP): by
@@ -197,6 +201,12 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
         raise InaError(f"ina_allreduce rank {rank}: slots {slots} must be in [1, 65535], job "
                        f"{job} in [0, 65535] and timeout {timeout} positive")
     flat = np.ascontiguousarray(x).reshape(-1)
+    if out is not None and not (isinstance(out, np.ndarray) and out.shape == x.shape
+                                and out.dtype == x.dtype and out.flags.c_contiguous
+                                and out.flags.writeable):
+        raise InaError(f"ina_allreduce rank {rank}: out must be a writable C-contiguous "
+                       f"{x.dtype} array of shape {x.shape}, like the input")
+    target = np.empty_like(flat) if out is None else out.reshape(-1)
     stats = WorkerStats() if stats is None else stats
     faults = Faults.from_env(salt=rank) if faults is None else faults
     who = f"ina_allreduce job {job} rank {rank}/{nranks}"
@@ -209,19 +219,18 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
             link, Header(Kind.JOIN, job, 0, rank, nranks, slots, offset=group_field(group)),
             (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
         stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
-        out = np.empty_like(flat)
         nonfinite = None
         if joined.kind is Kind.JOINED:
-            nonfinite = stream(link, flat, out, joined, nranks, timeout, rto)
+            nonfinite = stream(link, flat, target, joined, nranks, timeout, rto)
         elif fallback and comm is not None:
             stats.fell_back = True
-            out = comm.allreduce(flat.astype(np.float64), algo="ring")
+            target[:] = comm.allreduce(flat.astype(np.float64), algo="ring")
         elif fallback:
             stats.fell_back = True
             peers = unpack_peers(payload, joined.count)
-            out = udp_ring_allreduce(flat.astype(np.float64), link.sock, peers,
-                                     rank=rank, call=joined.session, timeout=timeout,
-                                     faults=faults, stats=stats)
+            target[:] = udp_ring_allreduce(flat.astype(np.float64), link.sock, peers,
+                                           rank=rank, call=joined.session, timeout=timeout,
+                                           faults=faults, stats=stats)
         leave = Header(Kind.LEAVE, job, joined.session, rank, nranks)
         _barrier(link, leave, (Kind.LEFT,), time.monotonic() + timeout, "LEFT")
     finally:
@@ -236,4 +245,4 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
         raise InaNoSlotsError(f"{who}: the switch has no free aggregator slot (other jobs "
                               "hold them all); allow fallback=True to sum on the end hosts, "
                               "or start the switch with more --slots")
-    return out.astype(x.dtype, copy=False).reshape(x.shape)
+    return target.reshape(x.shape) if out is None else out

@@ -10,7 +10,7 @@ import pytest
 
 from commflow.ina import InaError, InaProtocolError, InaTimeoutError, error_bound, ina_allreduce
 from commflow.ina.protocol import Header, Kind, pack
-from tests.ina.conftest import allreduce_threads
+from tests.ina.conftest import allreduce_threads, on_threads
 
 
 def arrays(n, size, dtype, seed):
@@ -150,6 +150,21 @@ def test_out_takes_the_sum_in_place_or_preallocated(forked):
         with pytest.raises(InaError, match=r"rank 0: out must be a writable C-contiguous "
                                            r"float32 array of shape \(2500,\)"):
             ina_allreduce(xs[0], switch=sw.addr, rank=0, nranks=3, out=bad)
+
+
+def test_calls_in_a_row_on_one_thread_reuse_its_buffers_and_stay_exact(forked):
+    sw = forked(2, 8, values=100)
+    sizes = (2500, 250, 2500, 2500)  # 4 slots, 3 (3 blocks: other buffers), 4, 4 again
+    xs = [arrays(2, size, np.float32, seed=size + i) for i, size in enumerate(sizes)]
+
+    def work(rank):
+        return [ina_allreduce(x[rank], switch=sw.addr, rank=rank, nranks=2, slots=4)
+                for x in xs]
+
+    outs = on_threads(work, 2)
+    for i, x in enumerate(xs):
+        check([outs[0][i], outs[1][i]], x, values=100)
+    assert sw.stop()["sessions"] == 4
 
 
 def test_garbage_at_the_switch_is_ignored(forked):

@@ -6,6 +6,7 @@ packets; Python sends them and keeps the retransmission timers."""
 from __future__ import annotations
 
 import heapq
+import threading
 import time
 
 import numpy as np
@@ -23,6 +24,18 @@ from commflow.ina.protocol import (
     unpack,
 )
 
+_scratch = threading.local()
+
+
+def _buffers(k: int, values: int) -> tuple[np.ndarray, Batch]:
+    """This thread's packet buffers (one per slot) and receive batch, kept from its last call
+    of the same shape: no fresh pages to fault in while every worker starts its stream."""
+    got = getattr(_scratch, "buffers", None)
+    if got is None or got[0].shape != (k, HEADER.size + 4 * values):
+        got = _scratch.buffers = (np.zeros((k, HEADER.size + 4 * values), np.uint8),
+                                  Batch(min(64, 2 * k)))
+    return got
+
 
 def stream(link, flat: np.ndarray, out: np.ndarray, joined: Header, nranks: int,
            timeout: float, rto: Rto) -> int | None:
@@ -38,10 +51,9 @@ def stream(link, flat: np.ndarray, out: np.ndarray, joined: Header, nranks: int,
     last = np.array([len(range(s, nblocks, k)) for s in range(k)], np.int64)
     phase = np.zeros(k, np.int64)
     agreed = np.full(k, K.EMPTY, np.int64)
-    packets = np.zeros((k, HEADER.size + 4 * values), np.uint8)
+    packets, batch = _buffers(k, values)
     views = [memoryview(p) for p in packets]
     sizes = np.zeros(k, np.int64)
-    batch = Batch(min(64, 2 * k))
     counters = np.zeros(5, np.int64)
     sent_at, again = [0.0] * k, [False] * k
     timers: list[tuple[float, int, int]] = []

@@ -21,7 +21,8 @@ through the switch, per ``--delivery`` (``unicast``: the switch sends each resul
 worker; ``multicast``: once, to the group :data:`GROUP`, which the bridge copies to every
 host's port); commflow's ``ring`` allreduce (``comm.allreduce(x, algo="ring")``, its
 engine transport over TCP, which the injected loss does not touch); with ``--gloo`` torch's
-gloo ``all_reduce`` between the same hosts. Also INA's retransmissions per call (all ranks)
+gloo ``all_reduce`` between the same hosts (INA and the ring write into one preallocated
+output, gloo sums in place). Also INA's retransmissions per call (all ranks)
 and its largest error relative to the protocol's bound (must stay <= 1).
 """
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -46,6 +48,15 @@ GROUP = ("239.255.18.1", 9998)
 host's port, each through that port's 1 Gbit/s ``tbf``."""
 _IP_UDP = 28
 """IPv4 and UDP header bytes: a datagram of ``v`` values is ``28 + 34 + 4 v`` bytes of IP."""
+
+
+def _cpu(pid: int | None = None) -> np.ndarray:
+    """User and system CPU seconds so far of this process (threads included), or of ``pid``."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return np.array([usage.ru_utime, usage.ru_stime])
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return np.array([int(fields[11]), int(fields[12])]) / os.sysconf("SC_CLK_TCK")
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -66,17 +77,22 @@ def _worker(args: argparse.Namespace) -> None:
         x = np.random.default_rng(rank).standard_normal(mib << 18).astype(np.float32)
         stats = [WorkerStats()]
         modes = args.delivery.split(",")
+        into = np.empty_like(x)
         calls = {
-            mode: lambda x=x, s=stats, g=GROUP if mode == "multicast" else None: ina_allreduce(
+            mode: lambda x=x, s=stats, o=into, g=GROUP if mode == "multicast" else None:
+            ina_allreduce(
                 x, switch=(SWITCH_ADDR, PORT), rank=rank, nranks=n, slots=args.slots,
                 faults=faults, stats=s[0], timeout=120, min_rto=args.min_rto,
-                max_rto=args.max_rto, group=g)
+                max_rto=args.max_rto, group=g, out=o)
             for mode in modes}
-        calls["ring"] = lambda x=x: comm.allreduce(x, algo="ring")
+        calls["ring"] = lambda x=x, o=into: comm.allreduce(x, algo="ring", out=o)
         if dist is not None:
             calls["gloo"] = lambda t=torch.from_numpy(x.copy()): dist.all_reduce(t)
         times: dict[str, list[float]] = {k: [] for k in calls}
         retx = dict.fromkeys(modes, 0)
+        cpu = {k: np.zeros(2) for k in calls}
+        switch_cpu = {k: np.zeros(2) for k in modes}
+        sent = dict.fromkeys(modes, 0)
         worst = dict.fromkeys(modes, 0.0)
         xs = [np.random.default_rng(r).standard_normal(x.size).astype(np.float32)
               for r in range(n)]
@@ -87,12 +103,18 @@ def _worker(args: argparse.Namespace) -> None:
             for name, call in calls.items():
                 stats[0] = WorkerStats()
                 comm.barrier()
+                before = _cpu(), _cpu(args.switch_pid) if name in modes and rank == 0 else 0
                 start = time.perf_counter()
                 y = call()
                 if rep:
                     times[name].append(time.perf_counter() - start)
+                    cpu[name] += _cpu() - before[0]
                 if name in modes:
+                    comm.barrier()
+                    if rep and rank == 0:
+                        switch_cpu[name] += _cpu(args.switch_pid) - before[1]
                     retx[name] += stats[0].retransmits if rep else 0
+                    sent[name] += stats[0].sent if rep else 0
                     worst[name] = max(worst[name], float(np.max(
                         np.abs(y.astype(np.float64) - exact) / bound)))
         med = comm.allreduce(np.array([np.median(times[k]) for k in calls]), "max")
@@ -108,6 +130,16 @@ def _worker(args: argparse.Namespace) -> None:
                 cells += [f"{1e3 * gloo:.0f}", f"{gloo / med[i]:.2f}"]
             if rank == 0:
                 print(f"| {mib} | {args.drop:.0%} | " + " | ".join(cells) + " |", flush=True)
+        ranks_cpu = comm.allreduce(np.concatenate([cpu[k] for k in calls]), "sum") / args.reps
+        datagrams = comm.allreduce(np.array([sent[m] for m in modes], np.float64), "sum")
+        if rank == 0:
+            parts = [f"{k} {ranks_cpu[2 * i]:.3f}/{ranks_cpu[2 * i + 1]:.3f}"
+                     + (f" + switch {switch_cpu[k][0] / args.reps:.3f}/"
+                        f"{switch_cpu[k][1] / args.reps:.3f}, {datagrams[i] / args.reps:.0f} "
+                        "datagrams sent by the ranks" if k in modes else "")
+                     for i, k in enumerate(calls)]
+            print(f"# {mib} MiB, CPU s per call, user/system, {n} ranks summed: "
+                  + "; ".join(parts), flush=True)
     if dist is not None:
         dist.destroy_process_group()
 
@@ -161,12 +193,13 @@ def _run(args: argparse.Namespace) -> None:
                                  "worker", "--sizes", args.sizes, "--drop", str(drop),
                                  "--reps", str(args.reps), "--slots", str(args.slots),
                                  "--values", str(args.values), "--min-rto", str(args.min_rto),
-                                 "--max-rto", str(args.max_rto), "--delivery", args.delivery)
+                                 "--max-rto", str(args.max_rto), "--delivery", args.delivery,
+                                 "--switch-pid", str(switch.pid))
                       ] + (["--gloo"] * args.gloo)
             done = subprocess.run(worker, capture_output=True, text=True,
                                   env={**os.environ, "GLOO_SOCKET_IFNAME": "eth0"})
             rows = [re.sub(r"^\[rank 0\] ", "", line) for line in done.stdout.splitlines()]
-            print("\n".join(r for r in rows if r.startswith("|")), flush=True)
+            print("\n".join(r for r in rows if r.startswith(("|", "#"))), flush=True)
             if done.returncode:
                 raise SystemExit(f"workers failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
             fields = Path(f"/proc/{switch.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -202,6 +235,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,16,64", help="MiB, comma-separated")
     parser.add_argument("--loss", default="0,0.05", help="drop probabilities")
     parser.add_argument("--drop", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--switch-pid", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--slots", type=int, default=24)
     parser.add_argument("--values", type=int, default=None,

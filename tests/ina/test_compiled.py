@@ -1,11 +1,12 @@
-"""The compiled paths agree bit for bit with the Python reference: the workers' kernels with
-``protocol``'s numpy quantization, and ``Switch.handle_batch`` with ``Switch.handle`` on a
-lossy, reordered, duplicated stream with protocol violations mixed in."""
+"""The compiled paths agree bit for bit with the Python reference: the workers' stream kernels
+with ``protocol``'s numpy quantization (and count duplicates and bad datagrams in a batch),
+and ``Switch.handle_batch`` with ``Switch.handle`` on a lossy, reordered, duplicated stream
+with protocol violations mixed in."""
 
 import numpy as np
 import pytest
 
-from commflow.ina import _kernels
+from commflow.ina import _stream_kernels as K
 from commflow.ina._batch import Batch
 from commflow.ina.protocol import (
     EMPTY,
@@ -24,40 +25,84 @@ from commflow.ina.protocol import (
 from commflow.ina.switch import Switch
 
 
+def _blocks(x: np.ndarray, values: int) -> list[int]:
+    bits, *fmt = K.float_bits(x)
+    return [K.block_exponent(bits, lo, min(lo + values, x.size), *fmt)
+            for lo in range(0, x.size, values)]
+
+
+def _result(ident, s, phase, exp, offset, ints, worker=None, session=None) -> bytes:
+    h = Header(Kind.RESULT, int(ident[K.JOB]), int(ident[K.SESSION]) if session is None
+               else session, int(ident[K.WORKER]) if worker is None else worker,
+               int(ident[K.NRANKS]), s, len(ints), exp, phase, offset, phase & 1)
+    return pack(h, np.asarray(ints, ">i4").tobytes())
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_worker_kernels_match_numpy(dtype):
+def test_worker_stream_kernels_match_numpy_under_duplicates_and_bad_datagrams(dtype):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal(1000) * 10.0 ** rng.integers(-8, 9, 1000)).astype(dtype)
     x[256:512] = 0
-    got = np.empty(-(-x.size // 256), np.int64)
-    _kernels.block_exponents(x, 256, got)
-    assert got.tolist() == exponents(x.astype(np.float64), 256).tolist()
-    assert got[1] == EMPTY
-    q = shift(4)
-    for lo, e in [(0, int(got[0])), (512, int(got[2])), (768, int(got[3])), (256, EMPTY)]:
-        hi = min(lo + 256, x.size)
-        pkt = np.zeros(HEADER.size + 4 * 256, np.uint8)
-        _kernels.quantize_into(x, lo, hi, e, q, pkt)
-        wire = quantize(x[lo:hi].astype(np.float64), e, q)
-        assert pkt[HEADER.size:HEADER.size + len(wire)].tobytes() == wire
-        out = np.full(x.size, 7, dtype)
-        _kernels.dequantize_into(pkt, hi - lo, e, q, out, lo)
-        ref = dequantize(memoryview(wire), e, q).astype(dtype)
-        assert out[lo:hi].tobytes() == ref.tobytes()
-        assert (np.delete(out, np.arange(lo, hi)) == 7).all()
+    e = _blocks(x, 256)
+    assert e == exponents(x.astype(np.float64), 256).tolist() and e[1] == EMPTY
+    k, q = 2, shift(4)
+    ident = np.array([1, 9, 3, 4, q, 256, k, 4], np.int64)  # job, session, worker 3 of 4
+    bits, *fmt = K.float_bits(x)
+    phase, last = np.zeros(k, np.int64), np.array([2, 2], np.int64)
+    agreed = np.full(k, EMPTY, np.int64)
+    packets, sizes = np.zeros((k, HEADER.size + 4 * 256), np.uint8), np.zeros(k, np.int64)
+    out = np.full(x.size, 7, dtype)
+    code, slot, counters = np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros(5, np.int64)
+    for s in range(k):
+        K.fill(s, ident, phase, agreed, x, bits, *fmt, packets, sizes)
+        assert packets[s, :sizes[s]].tobytes() == pack(Header(Kind.DATA, 1, 9, 3, 4, s, 0,
+                                                              e[s], 0, 0))
+    # phase-0 results agree on exponents e + 1 (other workers' larger blocks); then a
+    # duplicate, another session's result, a REJECT and a RESULT for the wrong block
+    batch = [_result(ident, 0, 0, e[0] + 1, 0, []), _result(ident, 1, 0, e[1], 0, [],
+                                                            worker=GROUP),
+             _result(ident, 0, 0, e[0] + 1, 0, []), _result(ident, 1, 1, 0, 256, [], session=8),
+             pack(Header(Kind.REJECT, 1, 9, 3, 4, 0)), b"CFIN junk"]
+    buf, lens = np.zeros((8, 2048), np.uint8), np.zeros(8, np.int64)
+    for i, d in enumerate(batch):
+        buf[i, :len(d)], lens[i] = np.frombuffer(d, np.uint8), len(d)
+    K.take_results(buf, lens, len(batch), ident, phase, last, agreed, out, x, bits, *fmt,
+                   packets, sizes, code, slot, counters)
+    assert code[:6].tolist() == [K.SEND, K.SEND, K.NONE, K.NONE, K.OTHER, K.NONE]
+    assert counters.tolist() == [2, 1, 1, 2, 0] and phase.tolist() == [1, 1]
+    for s, agree, nxt in ((0, e[0] + 1, e[2]), (1, EMPTY, e[3])):
+        block = x[256 * s:256 * (s + 1)].astype(np.float64)
+        assert packets[s, :sizes[s]].tobytes() == pack(
+            Header(Kind.DATA, 1, 9, 3, 4, s, 256, nxt, 1, 256 * s, 1),
+            quantize(block, agree, q))
+    sums = [rng.integers(-2**28, 2**28, 256), np.zeros(256, np.int64)]
+    results = [_result(ident, s, 1, e[2 + s], 256 * s, sums[s]) for s in (1, 0)]
+    results.append(_result(ident, 1, 2, 0, 999, np.zeros(232)))
+    for i, d in enumerate(results):
+        buf[i, :len(d)], lens[i] = np.frombuffer(d, np.uint8), len(d)
+    K.take_results(buf, lens, 3, ident, phase, last, agreed, out, x, bits, *fmt, packets, sizes,
+                   code, slot, counters)
+    assert code[:3].tolist() == [K.SEND, K.SEND, K.BAD_BLOCK] and slot[:3].tolist() == [1, 0, 1]
+    for s, agree in ((0, e[0] + 1), (1, EMPTY)):
+        wire = np.asarray(sums[s], ">i4").tobytes()
+        assert out[256 * s:256 * (s + 1)].tobytes() == dequantize(
+            memoryview(wire), agree, q).astype(dtype).tobytes()
+    assert (out[512:] == 7).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_block_exponents_of_negative_subnormal_and_extreme_blocks(dtype):
+def test_block_exponents_of_negative_subnormal_extreme_and_nonfinite_blocks(dtype):
     info = np.finfo(dtype)
     x = np.array([-5.5, 2.0,  # the largest magnitude is negative
                   0.0, -0.0,  # all zero: EMPTY
                   info.smallest_subnormal * 5, -info.smallest_subnormal,  # subnormal
                   -info.max, 1.0, info.tiny, 0.0, 3.0], dtype)
-    got = np.empty(6, np.int64)
-    _kernels.block_exponents(x, 2, got)
-    assert got.tolist() == exponents(x.astype(np.float64), 2).tolist()
-    assert got[:2].tolist() == [3, EMPTY]
+    assert _blocks(x, 2) == exponents(x.astype(np.float64), 2).tolist()
+    assert _blocks(x, 2)[:2] == [3, EMPTY]
+    for bad in (np.inf, -np.inf, np.nan):
+        y = x.copy()
+        y[7] = bad
+        assert _blocks(y, 2) == [3, EMPTY, _blocks(x, 2)[2], K.NONFINITE, *_blocks(x, 2)[4:]]
 
 
 N, SLOTS, VALUES = 3, 4, 8

@@ -10,7 +10,7 @@ import pytest
 
 from commflow.ina import InaError, InaProtocolError, InaTimeoutError, error_bound, ina_allreduce
 from commflow.ina.protocol import Header, Kind, pack
-from tests.ina.conftest import allreduce_threads
+from tests.ina.conftest import allreduce_threads, on_threads
 
 
 def arrays(n, size, dtype, seed):
@@ -106,8 +106,65 @@ def test_bad_switch_address_and_input_are_clear_errors():
         ina_allreduce(np.ones(3), switch=("127.0.0.1", "p"), rank=0, nranks=2)
     with pytest.raises(InaError, match="rank 1: float32 or float64 array expected, got int64"):
         ina_allreduce(np.ones(3, np.int64), switch=("127.0.0.1", 1), rank=1, nranks=2)
-    with pytest.raises(InaError, match="rank 0: the array holds inf or nan"):
-        ina_allreduce(np.array([1.0, np.nan]), switch=("127.0.0.1", 1), rank=0, nranks=2)
+
+
+@pytest.mark.parametrize("bad", [np.nan, -np.inf])
+def test_inf_or_nan_on_one_rank_fails_every_rank_promptly_and_frees_the_slots(forked, bad):
+    sw = forked(2, 4, values=100)
+    xs = arrays(2, 1000, np.float32, seed=4)
+    xs[1][745] = bad
+    errors = []
+
+    def call(x, **kwargs):
+        try:
+            return ina_allreduce(x, **kwargs)
+        except InaError as e:
+            errors.append(str(e))
+
+    start = time.monotonic()
+    allreduce_threads(xs, sw.addr, slots=4, call=call, timeout=10)
+    assert time.monotonic() - start < 5
+    assert sorted(e.split(": ", 1)[1] for e in errors) == [
+        "a rank's array holds inf or nan in block 7 (elements [700, 800)), which cannot be "
+        "quantized; the switch's sum of it is void"] * 2
+    xs[1][745] = 0.5
+    outs, _ = allreduce_threads(xs, sw.addr, slots=4)
+    check(outs, xs, values=100)
+    assert sw.stop()["sessions"] == 2
+
+
+def test_out_takes_the_sum_in_place_or_preallocated(forked):
+    sw = forked(3, 8, values=100)
+    xs = arrays(3, 2500, np.float32, seed=5)
+    ins = [x.copy() for x in xs]
+    outs, _ = allreduce_threads(ins, sw.addr, slots=4,
+                                call=lambda x, **kw: ina_allreduce(x, out=x, **kw))
+    assert all(o is i for o, i in zip(outs, ins, strict=True))
+    check(outs, xs, values=100)
+    bufs = [np.full((50, 50), 7, np.float32) for _ in xs]
+    outs, _ = allreduce_threads([x.reshape(50, 50) for x in xs], sw.addr, slots=4,
+                                call=lambda x, **kw: ina_allreduce(x, out=bufs[kw["rank"]], **kw))
+    assert all(o is b for o, b in zip(outs, bufs, strict=True))
+    check([o.reshape(-1) for o in outs], xs, values=100)
+    for bad in (np.empty(2500), np.empty(2499, np.float32), np.empty(5000, np.float32)[::2]):
+        with pytest.raises(InaError, match=r"rank 0: out must be a writable C-contiguous "
+                                           r"float32 array of shape \(2500,\)"):
+            ina_allreduce(xs[0], switch=sw.addr, rank=0, nranks=3, out=bad)
+
+
+def test_calls_in_a_row_on_one_thread_reuse_its_buffers_and_stay_exact(forked):
+    sw = forked(2, 8, values=100)
+    sizes = (2500, 250, 2500, 2500)  # 4 slots, 3 (3 blocks: other buffers), 4, 4 again
+    xs = [arrays(2, size, np.float32, seed=size + i) for i, size in enumerate(sizes)]
+
+    def work(rank):
+        return [ina_allreduce(x[rank], switch=sw.addr, rank=rank, nranks=2, slots=4)
+                for x in xs]
+
+    outs = on_threads(work, 2)
+    for i, x in enumerate(xs):
+        check([outs[0][i], outs[1][i]], x, values=100)
+    assert sw.stop()["sessions"] == 4
 
 
 def test_garbage_at_the_switch_is_ignored(forked):

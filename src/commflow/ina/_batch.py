@@ -23,10 +23,10 @@ class Batch:
         self.where = np.zeros(size, np.int64)
         self.counters = np.zeros(5, np.int64)
 
-    def receive(self, sock: socket.socket) -> int:
-        """Read the datagrams waiting on ``sock`` without blocking (up to the batch size);
-        returns how many."""
-        n = 0
+    def receive(self, sock: socket.socket, start: int = 0) -> int:
+        """Read the datagrams waiting on ``sock`` without blocking into rows ``start`` and on
+        (up to the batch size); returns the rows filled, ``start`` included."""
+        n = start
         while n < len(self.views):
             try:
                 size, addr = sock.recvfrom_into(self.views[n], 0, socket.MSG_DONTWAIT)

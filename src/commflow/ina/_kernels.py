@@ -1,15 +1,13 @@
-"""Compiled (numba) inner loops of live in-network aggregation: the switch's aggregation of a
-batch of DATA datagrams, and the workers' per-block exponents, quantization into a packet
-buffer and decoding of a result. Each does what :mod:`commflow.ina.protocol` and the Python
-reference :meth:`commflow.ina.switch.Switch.handle` state with numpy, without a per-packet
-Python object; ``tests/ina/test_compiled.py`` checks they agree bit for bit.
+"""Compiled (numba) inner loop of the live switch: the aggregation of a batch of DATA
+datagrams (the workers' loop is :mod:`commflow.ina._stream_kernels`). It does what
+:mod:`commflow.ina.protocol` and the Python reference :meth:`commflow.ina.switch.Switch.handle`
+state with numpy, without a per-packet Python object; ``tests/ina/test_compiled.py`` checks
+they agree bit for bit.
 
 Header offsets follow :data:`commflow.ina.protocol.HEADER` (network byte order, 34 bytes).
 """
 
 from __future__ import annotations
-
-import math
 
 import numba
 import numpy as np
@@ -170,68 +168,3 @@ def _reply_header(out, b, v, e):
     out[6] = v
     out[7] = 0
     _put16(out, 20, e & 0xFFFF)
-
-
-@numba.njit(cache=True, nogil=True)
-def _exponents(bits, values, out, mbits, bias, mask):
-    """``block_exponents`` on ``bits``, the array's floats read as integers of their width
-    (``mbits`` mantissa bits, exponent ``bias``, ``mask`` all bits but the sign): from the
-    largest magnitude's bits, the exponent field ``E`` gives ``E - bias + 1``, a subnormal
-    mantissa ``m`` gives ``bit_length(m) + 1 - bias - mbits``."""
-    for blk in range(out.size):
-        part = bits[blk * values:min((blk + 1) * values, bits.size)]
-        m = np.int64(0)
-        for t in range(part.size):
-            v = part[t] & mask
-            m = v if v > m else m
-        top = np.int64(m >> mbits)
-        if top:
-            out[blk] = top - bias + 1
-        elif m:
-            length = 0
-            while m >> length:
-                length += 1
-            out[blk] = length + 1 - bias - mbits
-        else:
-            out[blk] = EMPTY
-
-
-def block_exponents(x: np.ndarray, values: int, out: np.ndarray) -> None:
-    """Per block of ``values`` elements of the finite float32 or float64 ``x``:
-    ``frexp(max |x|)[1]``, or ``EMPTY`` for an all-zero block. The block's largest magnitude
-    is the largest of its values' bits without the sign (for finite floats the same order),
-    an integer maximum that vectorizes."""
-    if x.dtype == np.float32:
-        _exponents(x.view(np.int32), values, out, 23, 127, 0x7FFF_FFFF)
-    else:
-        _exponents(x.view(np.int64), values, out, 52, 1023, 0x7FFF_FFFF_FFFF_FFFF)
-
-
-_ROUND = 1.5 * 2.0**52
-
-
-@numba.njit(cache=True, nogil=True)
-def quantize_into(x, lo, hi, e, q, pkt):
-    """Write ``rint(x[lo:hi] * 2**(q - e))`` as big-endian int32 after the header of
-    ``pkt`` (zeros when ``e`` is ``EMPTY``). ``rint`` is float64's round-to-nearest-even of
-    adding and subtracting ``1.5 * 2**52``, exact for the magnitudes at most ``2**q`` that
-    the scaling leaves, and it vectorizes where ``np.rint`` is a scalar call."""
-    scale = math.ldexp(1.0, q - e) if e != EMPTY else 0.0
-    src = x[lo:hi]
-    words = np.empty(src.size, np.uint32)
-    for t in range(src.size):
-        v = np.int64((np.float64(src[t]) * scale + _ROUND) - _ROUND)
-        words[t] = _swap(v)
-    _copy(words.view(np.uint8), pkt[HDR:HDR + 4 * src.size])
-
-
-@numba.njit(cache=True, nogil=True)
-def dequantize_into(pkt, count, e, q, out, lo):
-    """``out[lo:lo + count] = sum * 2**(e - q)`` from the big-endian int32 payload after the
-    header of ``pkt`` (computed in float64, stored in ``out``'s dtype)."""
-    scale = math.ldexp(1.0, e - q) if e != EMPTY else 1.0
-    words = np.empty(count, np.uint32)
-    _copy(pkt[HDR:HDR + 4 * count], words.view(np.uint8))
-    dst = out[lo:lo + count]
-    for t in range(count):
-        dst[t] = np.float64(np.int32(_swap(np.int64(words[t])))) * scale

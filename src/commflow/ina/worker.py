@@ -18,7 +18,6 @@ resend what was answered. A call that makes no progress for ``timeout`` seconds 
 
 from __future__ import annotations
 
-import heapq
 import ipaddress
 import math
 import select
@@ -27,17 +26,13 @@ import time
 
 import numpy as np
 
-from commflow.ina import _kernels
+from commflow.ina._batch import Batch
 from commflow.ina._common import Rto, WorkerStats
 from commflow.ina._sockets import check_group, open_group, open_socket
+from commflow.ina._stream import stream
 from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
-    EMPTY,
-    GROUP,
-    HEADER,
-    MAGIC,
     REASONS,
-    VERSION,
     Header,
     InaError,
     InaNoSlotsError,
@@ -46,7 +41,6 @@ from commflow.ina.protocol import (
     Kind,
     group_field,
     pack,
-    shift,
     unpack,
     unpack_peers,
 )
@@ -102,6 +96,21 @@ class _Link:
                 continue
         return None
 
+    def receive_batch(self, batch: Batch) -> int:
+        """Read the datagrams waiting on the sockets into ``batch`` without blocking; one not
+        from the switch gets length 0. Returns how many."""
+        count = 0
+        for sock in self.socks:
+            first, count = count, batch.receive(sock, count)
+            for i in range(first, count):
+                if batch.addrs[i] != self.switch:
+                    batch.lens[i] = 0
+        return count
+
+    def wait(self, seconds: float) -> None:
+        """Until a datagram is waiting or ``seconds`` (at least 1 ms) have passed."""
+        self.poller.poll(max(1, math.ceil(seconds * 1e3)))
+
     def recv(self, wait: float | None) -> tuple[Header, memoryview] | None:
         """The next valid datagram from the switch (on either socket) within ``wait`` s
         (``None``: only one already waiting), else ``None``; its payload is a view of
@@ -154,104 +163,17 @@ def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: 
             return h, bytes(got[1])
 
 
-def _stream(link: _Link, flat: np.ndarray, out: np.ndarray, joined: Header, nranks: int,
-            timeout: float, rto: Rto) -> None:
-    """Aggregate the 1-D ``flat`` into ``out`` (same size) through the switch's granted
-    slots: one preallocated packet buffer per slot, quantized and decoded by the compiled
-    kernels."""
-    values, q = joined.count, shift(nranks)
-    nblocks = -(-flat.size // values)
-    k = min(joined.slot, nblocks)
-    local = np.empty(nblocks, np.int64)
-    _kernels.block_exponents(flat, values, local)
-    last = [len(range(s, nblocks, k)) for s in range(k)]
-    phase, agreed = [0] * k, [EMPTY] * k
-    packets = np.zeros((k, HEADER.size + 4 * values), np.uint8)
-    views = [memoryview(p) for p in packets]
-    size = [0] * k
-    sent_at, again = [0.0] * k, [False] * k
-    timers: list[tuple[float, int, int]] = []
-    job, session, worker = joined.job, joined.session, joined.worker
-
-    def send(s: int, now: float) -> None:
-        j = phase[s]
-        ahead = s + j * k
-        exp = int(local[ahead]) if ahead < nblocks else EMPTY
-        lo = (s + (j - 1) * k) * values if j else 0
-        hi = min(lo + values, flat.size) if j else 0
-        HEADER.pack_into(views[s], 0, MAGIC, VERSION, Kind.DATA, j & 1, 0, job, session,
-                         worker, nranks, s, hi - lo, exp, j, lo)
-        if j:
-            _kernels.quantize_into(flat, lo, hi, agreed[s], q, packets[s])
-        size[s] = HEADER.size + 4 * (hi - lo)
-        sent_at[s], again[s] = now, False
-        link.send(views[s][:size[s]])
-        heapq.heappush(timers, (now + rto.value, s, j))
-
-    now = time.monotonic()
-    for s in range(k):
-        send(s, now)
-    remaining, progress = k, now
-    while remaining:
-        got = link.recv(None)  # results already waiting before any expired timer
-        if got is None:
-            now = time.monotonic()
-            while timers and timers[0][0] <= now:
-                _, s, j = heapq.heappop(timers)
-                if phase[s] == j:
-                    rto.backoff(now)
-                    again[s] = True
-                    link.stats.retransmits += 1
-                    link.send(views[s][:size[s]])
-                    heapq.heappush(timers, (now + rto.value, s, j))
-            if now - progress > timeout:
-                waiting = [s for s in range(k) if phase[s] <= last[s]]
-                raise InaTimeoutError(
-                    f"{link.who}: no result for {timeout:.1f} s (slots {waiting[:8]} at "
-                    f"phases {[phase[s] for s in waiting[:8]]}); a worker may have died or "
-                    f"the switch at {link.switch[0]}:{link.switch[1]} stopped")
-            got = link.recv(min(timers[0][0] if timers else now + 0.1, progress + timeout)
-                            - now)
-            if got is None:
-                continue
-        h = got[0]
-        now = time.monotonic()
-        if h.kind is Kind.REJECT and h.session == session:
-            raise link.refused(h, f"DATA of slot {h.slot} phase {h.phase}")
-        if (h.kind is not Kind.RESULT or h.job != job or h.session != session
-                or h.worker not in (worker, GROUP) or h.slot >= k):
-            link.stats.malformed += 1
-            continue
-        s = h.slot
-        if h.phase != phase[s] or phase[s] > last[s]:
-            link.stats.duplicates += 1
-            continue
-        if phase[s]:
-            lo = (s + (phase[s] - 1) * k) * values
-            if h.offset != lo or h.count != min(values, flat.size - lo):
-                raise InaProtocolError(f"{link.who}: result for slot {s} phase {h.phase} "
-                                       f"covers [{h.offset}, +{h.count}), expected [{lo}, ...)")
-            _kernels.dequantize_into(link.buf, h.count, agreed[s], q, out, lo)
-        if not again[s]:
-            rto.sample(now - sent_at[s])
-        link.stats.results += 1
-        link.stats.group_results += h.worker == GROUP
-        agreed[s] = h.exp
-        phase[s] += 1
-        progress = now
-        if phase[s] <= last[s]:
-            send(s, now)
-        else:
-            remaining -= 1
-
-
 def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int, job: int = 0,
                   slots: int = 64, timeout: float = 30.0, fallback: bool = True, comm=None,
                   faults: Faults | None = None, stats: WorkerStats | None = None,
                   min_rto: float = 0.02, max_rto: float = 1.0,
-                  group: Address | None = None) -> np.ndarray:
+                  group: Address | None = None, out: np.ndarray | None = None
+                  ) -> np.ndarray:
     """The sum over ``nranks`` workers of ``array`` (float32 or float64, any shape), computed
     by the switch at ``switch = (host, port)``; every rank calls it with the same shape.
+    Written into ``out`` when given (a writable C-contiguous array of ``array``'s shape and
+    dtype; ``out=array`` sums in place, as each block is read before its sum arrives) and
+    returned; its content is undefined when the call raises.
 
     ``slots`` is how many aggregator slots (packets in flight) to ask for. When the switch has
     none free for ``job`` (another job holds them) the workers sum on the end hosts (ATP): by
@@ -279,9 +201,12 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
         raise InaError(f"ina_allreduce rank {rank}: slots {slots} must be in [1, 65535], job "
                        f"{job} in [0, 65535] and timeout {timeout} positive")
     flat = np.ascontiguousarray(x).reshape(-1)
-    if not np.isfinite(flat).all():
-        raise InaError(f"ina_allreduce rank {rank}: the array holds inf or nan, which cannot "
-                       "be quantized")
+    if out is not None and not (isinstance(out, np.ndarray) and out.shape == x.shape
+                                and out.dtype == x.dtype and out.flags.c_contiguous
+                                and out.flags.writeable):
+        raise InaError(f"ina_allreduce rank {rank}: out must be a writable C-contiguous "
+                       f"{x.dtype} array of shape {x.shape}, like the input")
+    target = np.empty_like(flat) if out is None else out.reshape(-1)
     stats = WorkerStats() if stats is None else stats
     faults = Faults.from_env(salt=rank) if faults is None else faults
     who = f"ina_allreduce job {job} rank {rank}/{nranks}"
@@ -294,25 +219,30 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
             link, Header(Kind.JOIN, job, 0, rank, nranks, slots, offset=group_field(group)),
             (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
         stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
-        out = np.empty_like(flat)
+        nonfinite = None
         if joined.kind is Kind.JOINED:
-            _stream(link, flat, out, joined, nranks, timeout, rto)
+            nonfinite = stream(link, flat, target, joined, nranks, timeout, rto)
         elif fallback and comm is not None:
             stats.fell_back = True
-            out = comm.allreduce(flat.astype(np.float64), algo="ring")
+            target[:] = comm.allreduce(flat.astype(np.float64), algo="ring")
         elif fallback:
             stats.fell_back = True
             peers = unpack_peers(payload, joined.count)
-            out = udp_ring_allreduce(flat.astype(np.float64), link.sock, peers,
-                                     rank=rank, call=joined.session, timeout=timeout,
-                                     faults=faults, stats=stats)
+            target[:] = udp_ring_allreduce(flat.astype(np.float64), link.sock, peers,
+                                           rank=rank, call=joined.session, timeout=timeout,
+                                           faults=faults, stats=stats)
         leave = Header(Kind.LEAVE, job, joined.session, rank, nranks)
         _barrier(link, leave, (Kind.LEFT,), time.monotonic() + timeout, "LEFT")
     finally:
         link.close()
         stats.rto = rto.value
+    if nonfinite is not None:
+        lo = nonfinite * joined.count
+        raise InaError(f"{who}: a rank's array holds inf or nan in block {nonfinite} (elements "
+                       f"[{lo}, {min(lo + joined.count, flat.size)})), which cannot be "
+                       "quantized; the switch's sum of it is void")
     if joined.kind is Kind.NOSLOT and not fallback:
         raise InaNoSlotsError(f"{who}: the switch has no free aggregator slot (other jobs "
                               "hold them all); allow fallback=True to sum on the end hosts, "
                               "or start the switch with more --slots")
-    return out.astype(x.dtype, copy=False).reshape(x.shape)
+    return target.reshape(x.shape) if out is None else out

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from commflow.ina._common import Rto
 from commflow.ina.protocol import (
     EMPTY,
     HEADER,
@@ -91,3 +92,17 @@ def test_quantized_sum_is_within_the_bound():
     padded = [np.pad(np.abs(x), (0, 24)).reshape(-1, values).max(1) for x in xs]
     blockmax = np.repeat(np.max(padded, axis=0), values)[:1000]
     assert (bound > 0).all() and (bound <= n * 2.0 ** -q * blockmax).all()
+
+
+def test_retransmission_timeout_starts_within_its_bounds_and_follows_rfc6298():
+    assert Rto(0.05, 2.0, 5.0).value == 2.0  # a floor above the start holds from the first send
+    assert Rto(0.05, 0.01, 0.03).value == 0.03
+    rto = Rto(0.05, 0.001, 1.0)
+    rto.sample(0.010)  # srtt 10 ms, var 5 ms: 10 + 4 * 5
+    assert rto.value == pytest.approx(0.030)
+    rto.sample(0.018)  # var 0.75 * 5 + 0.25 * 8 = 5.75, srtt 11: 11 + 23
+    assert rto.value == pytest.approx(0.034)
+    rto.backoff(now=100.0)
+    assert rto.value == pytest.approx(0.068)
+    rto.backoff(now=100.01)  # the same loss event: not doubled again
+    assert rto.value == pytest.approx(0.068)

@@ -34,10 +34,11 @@ class WorkerStats:
 
 
 class Rto:
-    """Adaptive retransmission timeout (RFC 6298)."""
+    """Adaptive retransmission timeout (RFC 6298), seconds: starts at ``initial`` held in
+    ``[lo, hi]``."""
 
     def __init__(self, initial: float, lo: float, hi: float) -> None:
-        self.value, self.lo, self.hi = initial, lo, hi
+        self.value, self.lo, self.hi = min(hi, max(lo, initial)), lo, hi
         self.srtt: float | None = None
         self.var = 0.0
         self._backed_off = 0.0

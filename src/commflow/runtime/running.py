@@ -214,17 +214,14 @@ class CallRunner:
         nbytes = call.unit * dtype.itemsize
         send, recv = flat(call.send), flat(call.recv)
         out_of_place, inside = self._resolve(call.algo, coll, nbytes, (send.nbytes, recv.nbytes))
-        placed = None  # the placement counts only where the two choices differ
-        if out_of_place != inside:
-            placed = in_place(send, recv, self.rank)
+        shared = np.may_share_memory(send, recv)  # cheap; in_place reads addresses
+        placed = shared and in_place(send, recv, self.rank)
         name, options = inside if placed else out_of_place
         fast = options is not None
         if entry is not None:
             self._flight.start(entry, name)
         root = call.root if coll in _ROOTED else None
-        if (coll is not Collective.BROADCAST and np.may_share_memory(send, recv)
-                and not (fast and (in_place(send, recv, self.rank) if placed is None
-                                   else placed))):
+        if coll is not Collective.BROADCAST and shared and not (fast and placed):
             send = send.copy()  # a program may read input it has already overwritten
         signature = self._signature(coll, dtype, nbytes, call.op, call.root, name)
         reduce = call.reduce

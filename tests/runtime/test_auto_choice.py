@@ -103,3 +103,23 @@ def test_an_allreduce_into_another_view_of_its_input_is_in_place():
     for ran, exact in run_world(_views, 2, timeout=60):
         assert ran == ["ring", "ring", "ring", "shm", "shm"]
         assert exact == [True] * 5
+
+
+def test_the_auto_against_shm_command_of_the_benchmarks_page(capsys, tmp_path, monkeypatch):
+    # docs/benchmarks.md: COMMFLOW_TUNING_TABLE=live2.json commflow bench allgather -n 2
+    # --algo auto,shm --vs none -b 16 -e 256K -f 4 --iters 400 (here shorter)
+    from tests.bench.cli_runner import run_bench
+
+    table = tmp_path / "live2.json"
+    table.write_text(BY_SIZE.to_json())
+    monkeypatch.setenv(programs.TABLE_ENV, str(table))
+    path = tmp_path / "ab.json"
+    code, out, _ = run_bench(capsys, "allgather", "-n", "2", "--algo", "auto,shm", "--vs",
+                             "none", "-b", "16", "-e", "256", "-f", "4", "--iters", "3",
+                             "--json-out", str(path))
+    assert code == 0, out
+    records = json.loads(path.read_text())
+    assert {(r["algo"], r["size"], r["inplace"]) for r in records} == {
+        (algo, size, placed) for algo in ("auto", "shm") for size in (16, 64, 256)
+        for placed in (False, True)}
+    assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in records)

@@ -33,6 +33,9 @@ class RunSpec:
     """Timed iterations per size and placement."""
     timeout: float
     """Seconds any wait of the implementation may take."""
+    seed: int = 0
+    """Seeds the orders in which the algorithms take turns (the parent draws one per run, so
+    that runs, sizes and placements each take other orders)."""
     corrupt_rank: int | None = None
     """Test hook: this rank spoils one element of each result before the check."""
 

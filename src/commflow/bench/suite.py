@@ -9,6 +9,7 @@ peers that could not run.
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,6 +240,7 @@ def _run(
         warmup=config.warmup,
         iters=config.iters,
         timeout=config.timeout,
+        seed=secrets.randbits(32),
     )
     total = len(config.blocks)
     report = None if progress is None else (lambda done: progress(impl, done, total))

@@ -3,10 +3,14 @@
 Every rank reads the :class:`~commflow.bench.spec.RunSpec` the parent wrote, joins the
 implementation's job, and for every size and placement runs ``warmup`` untimed iterations of
 every algorithm, then ``iters`` timed rounds in which the algorithms take turns, one iteration
-each, in an order drawn per round (the same on every rank): a load changing on the host
-affects them alike, and none always runs first after a new size or after the same other
-algorithm, whose buffers evicted its own from the caches (a program file among the
-algorithms is loaded once, :mod:`.algos`). Each iteration
+each, in an order drawn per pair of rounds and reversed in the second round of the pair (the
+same on every rank, drawn anew for every run, size and placement from the spec's seed): a
+load changing on the host affects them alike, none always runs first after a new size, and
+each follows every other as often as it precedes it (an algorithm that runs right after
+another one's calls finds the caches and the peers as that one left them; orders drawn by
+the round alone, the same at every size and in every run, let ``shm`` follow ``auto`` five
+times in 20 rounds and ``auto`` follow ``shm`` twice). A program file among the algorithms
+is loaded once (:mod:`.algos`). Each iteration
 first resets the buffers (:meth:`Case.prepare`, untimed), then enters the implementation's own
 barrier; the rank times only the collective call (``time.perf_counter``). In the last round
 every rank counts the elements of each algorithm's result that differ from the expected
@@ -38,8 +42,9 @@ def _measure(ranks: Ranks, spec: RunSpec, algos: list[tuple[str, str | Program]]
              case: Case) -> list[dict]:
     """Warm up every algorithm (``--algo`` entries and what they resolve to), then time
     ``spec.iters`` rounds of ``case``, one iteration of each algorithm per round in an order
-    drawn per round (seeded by the round: every rank calls the same); check each one's result
-    in the last round."""
+    drawn per pair of rounds (seeded by the spec's seed, the case and the pair: every rank
+    calls the same) and reversed in its second round; check each one's result in the last
+    round."""
     calls = [ranks.operation(algo, case) for _, algo in algos]
     for call in calls:
         for _ in range(spec.warmup):
@@ -49,7 +54,9 @@ def _measure(ranks: Ranks, spec: RunSpec, algos: list[tuple[str, str | Program]]
     times: list[list[float]] = [[] for _ in calls]
     wrong = [0] * len(calls)
     for i in range(spec.iters):
-        for j in np.random.default_rng(i).permutation(len(calls)).tolist():
+        seed = (spec.seed, case.spec.block, int(case.spec.inplace), i // 2)
+        order = np.random.default_rng(seed).permutation(len(calls)).tolist()
+        for j in order[::-1] if i % 2 else order:
             call = calls[j]
             case.prepare()
             ranks.barrier()

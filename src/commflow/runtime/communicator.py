@@ -22,7 +22,7 @@ from commflow.errors import CommflowError
 from commflow.ir import Program
 from commflow.runtime import fastpath, flight, lean, programs
 from commflow.runtime.arrays import as_numpy, like
-from commflow.runtime.calls import Call, check_timeout
+from commflow.runtime.calls import Call, check_timeout, in_place
 from commflow.runtime.running import CallRunner
 from commflow.runtime.transport.shm import ABORT_ERROR, ShmTransport
 from commflow.runtime.world import WorldSpec
@@ -106,13 +106,11 @@ class Communicator(CallRunner):
             result = self._lean.allreduce(x, op, out, timeout, algo)
             if result is not None:
                 return result
-        if type(algo) is str and algo == "auto" and programs.tuned():
-            nbytes = getattr(x, "nbytes", None)
-            if nbytes is not None:  # the table's choice (a fast-path variant, an algorithm)
-                algo = self._tuned_allreduce(int(nbytes), out is x)
         a = as_numpy(x, "allreduce input")
         out = like(x, a.shape) if out is None else out
         b = self._output(out, a.shape, a.dtype, "allreduce")
+        if type(algo) is str and algo == "auto" and programs.tuned():
+            algo = self._tuned_allreduce(a, b, out is x)
         if timeout is not None:
             check_timeout(timeout, f"allreduce on rank {self.rank}")
         if (self._fast is not None and not async_op and self._lanes is None
@@ -123,16 +121,18 @@ class Communicator(CallRunner):
         return self._submit(Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,
                             async_op, timeout)
 
-    def _tuned_allreduce(self, nbytes: int, in_place: bool) -> str:
-        """What ``auto`` runs for an allreduce of ``nbytes`` (``in_place``: ``out=x``) under
-        the loaded tuning table: a fast-path variant by the name it runs under (``shm`` where
-        it cuts the call as the defaults do), or an algorithm."""
-        name = programs.choose(Collective.ALLREDUCE, self.size, nbytes, "auto",
-                               fast_path=self.fast_path, in_place=in_place)
-        if name != fastpath.NAME and fastpath.is_fast(name):
-            return fastpath.effective(fastpath.variant(name), Collective.ALLREDUCE, nbytes,
-                                      self.size).name
-        return name
+    def _tuned_allreduce(self, a: np.ndarray, b: np.ndarray, same: bool) -> str:
+        """What ``auto`` runs for an allreduce of ``a`` into ``b`` under the loaded tuning
+        table (``same``: ``b`` is ``a``): a fast-path variant by the name it runs under
+        (``shm`` where it cuts the call as the defaults do), or an algorithm. The call is in
+        place where ``b`` is ``a``'s memory (one shape and dtype, both C-contiguous), looked
+        at only where the table's rules for the two placements differ."""
+        out_of_place, inside = self._resolve("auto", Collective.ALLREDUCE, a.nbytes,
+                                             (a.nbytes, b.nbytes))
+        if out_of_place != inside and (same or np.may_share_memory(a, b)
+                                       and in_place(a, b, self.rank)):
+            return inside[0]
+        return out_of_place[0]
 
     def allgather(self, x, *, algo: str | Program = "auto", out=None, async_op: bool = False,
                   timeout: float | None = None):

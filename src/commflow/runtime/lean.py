@@ -103,8 +103,7 @@ class LeanPath:
         self._polls = YIELDS // _POLL_YIELDS if shared else 0
         self._plans: dict[tuple, tuple | None] = {}
         self._decided: dict[tuple, tuple | None] = {}
-        self._dtype = self._op = self._nbytes = self._last = self._algo = None
-        self._generation = -1
+        self._last: dict[str, tuple] = {}
         self._barrier_kernel = self._barrier_poll = self._barrier_constants = None
         self._barrier_ctx = 0
 
@@ -120,9 +119,10 @@ class LeanPath:
             nbytes = x.nbytes
         except AttributeError:  # not an array: the general path says so
             return None
-        if dtype is self._dtype and nbytes == self._nbytes and op == self._op \
-                and algo is self._algo and programs.generation == self._generation:
-            plan = self._last
+        last = self._last.get(algo)  # per algo: callers may alternate auto and shm
+        if last is not None and last[0] is dtype and last[1] == nbytes and last[2] == op \
+                and last[3] == programs.generation:
+            plan = last[4]
         else:
             plan = self._lookup(dtype, op, nbytes, algo)
             if plan is None:
@@ -161,8 +161,8 @@ class LeanPath:
 
     def _lookup(self, dtype, op: str, nbytes: int, algo: str) -> tuple | None:
         """The plan for ``(dtype, op, nbytes, algo)`` under the current tuning table (decided
-        once per table: callers that alternate ``auto`` and ``shm`` pay no more than a dict
-        lookup), remembered as the last; ``None`` when ``auto`` runs something else."""
+        once per table), remembered as ``algo``'s last; ``None`` when ``auto`` runs something
+        else."""
         key = (dtype, op, nbytes, algo, programs.generation)
         plan = self._decided.get(key, False)
         if plan is False:
@@ -170,8 +170,7 @@ class LeanPath:
                 self._decided.clear()
             plan = self._decided[key] = self._decide(dtype, op, nbytes, algo)
         if plan is not None:
-            self._dtype, self._op, self._nbytes, self._last = dtype, op, nbytes, plan
-            self._algo, self._generation = algo, programs.generation
+            self._last[algo] = (dtype, nbytes, op, programs.generation, plan)
         return plan
 
     def _decide(self, dtype, op: str, nbytes: int, algo: str) -> tuple | None:

@@ -135,6 +135,13 @@ def _choose(collective: Collective, nranks: int, nbytes: int, fast_path: bool,
                                                     in_place=in_place)
     if tuned is not None and (fast_path or not fastpath.is_fast(tuned)):
         return tuned
+    return builtin(collective, nbytes, fast_path=fast_path)
+
+
+def builtin(collective: Collective, nbytes: int, *, fast_path: bool = False) -> str:
+    """What ``auto`` runs without a tuning table (:func:`choose`): the shared-memory fast
+    path where it applies, else a log-step algorithm below :data:`SMALL` bytes and a
+    bandwidth-optimal one above."""
     if fast_path and collective in fastpath.COLLECTIVES:
         return fastpath.NAME
     small, large = _AUTO[collective]

@@ -30,6 +30,17 @@ _ALLREDUCE = Collective.ALLREDUCE.value
 
 P2P_CHANNEL = 1 << 30
 """Channel id reserved for point-to-point messages."""
+_Resolved = tuple[str, "fastpath.Variant | None"]
+"""An algorithm's name as a call runs it and, on the fast path, its variant."""
+
+
+def _as_run(name: str, coll: Collective, staged: int, nranks: int) -> _Resolved:
+    """``name`` and no variant for a program; a fast-path variant by how it cuts a call of
+    ``coll`` staging ``staged`` bytes (``shm`` where as the defaults), with that variant."""
+    if not fastpath.is_fast(name):
+        return name, None
+    options = fastpath.effective(fastpath.variant(name), coll, staged, nranks)
+    return options.name, options
 
 
 class CallRunner:
@@ -56,6 +67,8 @@ class CallRunner:
         self._scratch_buffers: dict[tuple[str, int], np.ndarray] = {}
         self._signatures: dict[tuple, Signature] = {}
         self._reducers: dict[tuple[str, str], Reducer] = {}
+        self._resolved: dict[tuple, tuple[_Resolved, _Resolved]] = {}
+        self._checked: set[tuple[Collective, str]] = set()
 
     def _submit(self, call: Call, result, async_op: bool, timeout: float | None):
         if timeout is not None:
@@ -64,7 +77,11 @@ class CallRunner:
             raise CommflowError(f"{call.collective.value} on rank {self.rank}: algo must be "
                                 f"'auto', an algorithm's name or a Program, got {call.algo!r}")
         if isinstance(call.algo, str):
-            programs.check_algorithm(call.collective, call.algo)
+            if (call.collective, call.algo) not in self._checked:  # once per name
+                programs.check_algorithm(call.collective, call.algo)
+                if len(self._checked) > 1024:
+                    self._checked.clear()
+                self._checked.add((call.collective, call.algo))
         else:
             call.algo = programs.adopt(call.algo, call.collective, self.size, call.root,
                                        self.rank)
@@ -97,7 +114,7 @@ class CallRunner:
                                     fastpath.NAME)
         recv = b.reshape(-1)
         send = a.reshape(-1)
-        if not in_place(send, recv, self.rank) and np.may_share_memory(send, recv):
+        if np.may_share_memory(send, recv) and not in_place(send, recv, self.rank):
             send = send.copy()
         self._fast.small_allreduce(send, recv, reduce, seq, signature,
                                    self._deadline(timeout))
@@ -170,26 +187,41 @@ class CallRunner:
             self._signatures[key] = signature
         return signature
 
+    def _resolve(self, algo: str, coll: Collective, nbytes: int, sizes: tuple[int, int]
+                 ) -> tuple[_Resolved, _Resolved]:
+        """What a call of ``algo`` (``nbytes`` per unit of the call; ``sizes``: its flat input's
+        and output's bytes) runs out of place and in place: the algorithm's name, a fast-path
+        variant by the name it runs under (``shm`` where it cuts the call as the defaults do,
+        :func:`~commflow.runtime.fastpath.effective`) with that variant, or a program's name
+        with ``None``. ``auto`` follows :func:`~commflow.runtime.programs.choices`. Remembered
+        per call shape and tuning-table generation, so that ``auto`` and a named algorithm
+        cost one lookup alike."""
+        key = (algo, coll, nbytes, sizes, programs.generation)
+        resolved = self._resolved.get(key)
+        if resolved is None:
+            if len(self._resolved) > 4096:
+                self._resolved.clear()
+            names = (algo, algo) if algo != "auto" else programs.choices(
+                coll, self.size, max(sizes), fast_path=self._fast is not None)
+            staged = nbytes * (self.size if coll is Collective.REDUCESCATTER else 1)
+            resolved = self._resolved[key] = tuple(
+                _as_run(name, coll, staged, self.size) for name in names)
+        return resolved
+
     def _run(self, call: Call, timeout: float | None, seq: int, entry) -> None:
         coll = call.collective
         dtype = call.send.dtype
         nbytes = call.unit * dtype.itemsize
         send, recv = flat(call.send), flat(call.recv)
-        name = call.algo
-        if name == "auto":  # the placement counts only where its rules differ
-            out, inside = programs.choices(coll, self.size, max(send.nbytes, recv.nbytes),
-                                           fast_path=self._fast is not None)
-            name = inside if out != inside and in_place(send, recv, self.rank) else out
-        fast = fastpath.is_fast(name)
-        if fast:  # named as it cuts this call (shm when as the defaults)
-            staged = nbytes * (self.size if coll is Collective.REDUCESCATTER else 1)
-            options = fastpath.effective(fastpath.variant(name), coll, staged, self.size)
-            name = options.name
+        out_of_place, inside = self._resolve(call.algo, coll, nbytes, (send.nbytes, recv.nbytes))
+        shared = np.may_share_memory(send, recv)  # cheap; in_place reads addresses
+        placed = shared and in_place(send, recv, self.rank)
+        name, options = inside if placed else out_of_place
+        fast = options is not None
         if entry is not None:
             self._flight.start(entry, name)
         root = call.root if coll in _ROOTED else None
-        if (coll is not Collective.BROADCAST and not (fast and in_place(send, recv, self.rank))
-                and np.may_share_memory(send, recv)):
+        if coll is not Collective.BROADCAST and shared and not (fast and placed):
             send = send.copy()  # a program may read input it has already overwritten
         signature = self._signature(coll, dtype, nbytes, call.op, call.root, name)
         reduce = call.reduce

@@ -14,15 +14,17 @@ rule per placement where not; ``auto`` follows the table once loaded
 Where the fast path runs, its variants are candidates too (a rule may name
 ``shm:segment=1M``): ``auto`` then runs the fast path cut that way at those sizes, while
 ``algo="shm"`` keeps the defaults. Variants that cut a size as another candidate does are
-timed once (:func:`distinct`), and a winner replaces ``shm`` only when it is more than
-:data:`MARGIN` faster in a final round against it.
+timed once (:func:`distinct`). A winner replaces what ``auto`` runs without a table
+(:func:`commflow.runtime.programs.builtin`: ``shm`` where the fast path runs) only when it
+is more than :data:`MARGIN` faster than it in a final round and again in a re-check with
+twice the calls.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -131,17 +133,23 @@ def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
 MAX_ITERS = 64
 """Most calls per candidate in the first round of :func:`halve`."""
 FINAL_CALLS = 16
-"""Fewest calls of each in the final round of :func:`halve` against the incumbent."""
+"""Fewest calls of each in the final round of :func:`halve` against the incumbent (the
+re-check that follows makes twice as many)."""
 MARGIN = 0.03
-"""How much faster than the incumbent (``shm`` where the fast path runs) a winner must be in
-a final head-to-head round of :func:`halve` to replace it: a rule that only follows a
-noisy round would make ``auto`` slower than the default it replaces."""
+"""How much faster than the incumbent (what ``auto`` runs without a table) a winner must be
+in each of two head-to-head rounds of :func:`halve` to replace it: a rule that only follows
+a noisy round would make ``auto`` slower than the default it replaces."""
+
+Measure = Callable[..., dict[str, float]]
+"""How :func:`halve` times candidates: ``measure(comm, collective, x, names, iters,
+placements)`` returns every name's seconds per sample, the same on every rank (default: the
+median of the slowest rank's, names taking turns sample by sample)."""
 
 
 def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
           iters: int = 3, deadline: float = float("inf"), incumbent: str | None = None,
-          margin: float = MARGIN, placements: Sequence[bool] = (False, True)
-          ) -> tuple[str, float]:
+          margin: float = MARGIN, placements: Sequence[bool] = (False, True),
+          measure: Measure = _time) -> tuple[str, float]:
     """The fastest of ``names`` for a ``size``-byte ``collective`` (nccl-tests convention)
     by successive halving, and its median seconds per sample (one call in each of
     ``placements``: ``False`` out of place, ``True`` in place). Every rank returns the same.
@@ -150,31 +158,35 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     when a warm-up call of each says that the rounds fit before ``deadline`` (every round
     costs about the same: half the names, twice the calls). With an ``incumbent`` (one of
     ``names``), the winner then runs against it, call by call, as many calls as the last
-    round made (at least :data:`FINAL_CALLS`), and replaces it only when more than
-    ``margin`` faster there."""
+    round made (at least :data:`FINAL_CALLS`), then again with twice the calls, the
+    incumbent taking the first turn, and replaces it only when more than ``margin`` faster
+    in both rounds (the time returned is the re-check's). ``measure`` times the calls
+    (:data:`Measure`; tests pass their own)."""
     count = _count(collective, size, comm.size)
     x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
     alive = list(names)
-    timed = _time(comm, collective, x, alive, 1, placements)  # warm-up
+    timed = measure(comm, collective, x, alive, 1, placements)  # warm-up
     left = comm.allreduce(np.array([deadline - time.monotonic()]), op="min")[0]
     rounds_left = max(1, math.ceil(math.log2(len(alive))))
     fits = left / (sum(timed.values()) * rounds_left * 1.5)  # 1.5: barriers, stragglers
     rounds = int(min(MAX_ITERS, max(iters, fits))) if math.isfinite(fits) else iters
     while len(alive) > 1:
-        timed = _time(comm, collective, x, alive, rounds, placements)
+        timed = measure(comm, collective, x, alive, rounds, placements)
         alive = sorted(alive, key=lambda n: (timed[n], n))[: max(1, len(alive) // 2)]
         rounds *= 2
         over = comm.allreduce(np.array([float(time.monotonic() > deadline)]), op="max")[0]
         if over:
             break
     best = min(alive, key=lambda n: (timed[n], n))
-    if incumbent is not None and incumbent != best:
-        final = _time(comm, collective, x, [best, incumbent], max(FINAL_CALLS, rounds // 2),
-                      placements)
+    if incumbent is None or incumbent == best:
+        return best, timed[best]
+    calls = max(FINAL_CALLS, rounds // 2)
+    for turns in ([best, incumbent], [incumbent, best]):  # the final round, the re-check
+        final = measure(comm, collective, x, turns, calls, placements)
         if final[best] >= final[incumbent] * (1 - margin):
-            best = incumbent
-        return best, final[best]
-    return best, timed[best]
+            return incumbent, final[incumbent]
+        calls *= 2
+    return best, final[best]
 
 
 def tune_live(comm, sizes: Sequence[int], *,
@@ -192,7 +204,7 @@ def tune_live(comm, sizes: Sequence[int], *,
     sizes = [int(s) for s in sizes]
     if not sizes or sizes != sorted(set(sizes)) or sizes[0] < 1:
         raise CommflowError(f"online tuning needs increasing sizes >= 1 byte, got {sizes}")
-    from commflow.runtime import fastpath
+    from commflow.runtime import programs
 
     kinds = [parse_collective(c) for c in collectives]
     deadline = time.monotonic() + budget
@@ -203,10 +215,11 @@ def tune_live(comm, sizes: Sequence[int], *,
         winners = []
         for size in sizes:
             kept = distinct(names, kind, size, comm.size)
+            default = programs.builtin(kind, size, fast_path=getattr(comm, "fast_path", False))
             winners.append(tuple(
                 halve(comm, kind, size, kept, iters=iters, placements=(placed,),
                       deadline=min(deadline, time.monotonic() + per_case / 2),
-                      incumbent=fastpath.NAME if fastpath.NAME in names else None)
+                      incumbent=default if default in kept else None)
                 for placed in (False, True)))
         rules += _rules(kind, comm.size, sizes, winners)
     return TuningTable(fingerprint=live_fingerprint(comm), topology=f"live {comm.size} ranks",

@@ -1,0 +1,67 @@
+"""The online tuner's head-to-head rounds: a winner of successive halving replaces what
+``auto`` runs without a table only when it is faster by the margin in the final round and
+again in a re-check with twice the calls (measured times injected, so the rounds are exact)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from commflow.collectives import Collective
+from commflow.runtime import programs
+from commflow.tune.online import FINAL_CALLS, MARGIN, halve
+
+AR = Collective.ALLREDUCE
+NAMES = ["shm", "shm:spin=0", "ring", "direct"]
+HALVING = {"shm": 10.0, "shm:spin=0": 9.0, "ring": 20.0, "direct": 30.0}
+
+
+class _Rank:
+    """What :func:`halve` needs of a communicator, for one rank alone."""
+
+    size, rank = 2, 0
+
+    def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
+        return x
+
+
+def _halve(*heads: dict[str, float]) -> tuple[tuple[str, float], list[tuple[list[str], int]]]:
+    """:func:`halve` on :data:`NAMES` with ``shm`` the incumbent, the halving rounds timed as
+    :data:`HALVING` and the head-to-head rounds as ``heads``; its answer and the calls the
+    head-to-head rounds were asked for (names in turn order, calls of each)."""
+    asked: list[tuple[list[str], int]] = []
+
+    def measure(comm, collective, x, names, iters, placements):
+        asked.append((list(names), iters))
+        round_ = len(asked) - 4  # warm-up, then three halving rounds (4, 2 names)
+        return dict(HALVING) if round_ < 0 else dict(heads[round_])
+
+    answer = halve(_Rank(), AR, 4096, NAMES, incumbent="shm", measure=measure)
+    return answer, asked[3:]
+
+
+def test_a_winner_that_wins_only_the_final_round_leaves_the_default():
+    (best, seconds), heads = _halve({"shm:spin=0": 9.0, "shm": 10.0},
+                                    {"shm:spin=0": 9.9, "shm": 10.0})
+    assert (best, seconds) == ("shm", 10.0)
+    assert heads == [(["shm:spin=0", "shm"], FINAL_CALLS), (["shm", "shm:spin=0"], 2 * FINAL_CALLS)]
+
+
+def test_a_winner_that_wins_both_rounds_by_the_margin_replaces_the_default():
+    faster = 10.0 * (1 - MARGIN) - 0.01
+    (best, seconds), heads = _halve({"shm:spin=0": 9.0, "shm": 10.0},
+                                    {"shm:spin=0": faster, "shm": 10.0})
+    assert (best, seconds) == ("shm:spin=0", pytest.approx(faster))
+    assert [calls for _, calls in heads] == [FINAL_CALLS, 2 * FINAL_CALLS]
+
+
+def test_a_winner_that_loses_the_final_round_is_not_rechecked():
+    (best, seconds), heads = _halve({"shm:spin=0": 9.8, "shm": 10.0})
+    assert (best, seconds) == ("shm", 10.0) and len(heads) == 1
+
+
+def test_the_incumbent_is_what_auto_runs_without_a_table():
+    assert programs.builtin(AR, 1024, fast_path=True) == "shm"
+    assert programs.builtin(AR, 1024) == "recursive_doubling"
+    assert programs.builtin(AR, 1 << 20) == "ring"
+    assert programs.builtin(Collective.REDUCESCATTER, 1024) == "halving_doubling"

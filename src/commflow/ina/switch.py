@@ -12,8 +12,12 @@ once, to the job's multicast group, when every worker's JOIN named the same grou
 copies it to each worker, as SwitchML's switch multicasts), else to each worker in turn.
 Phase ``j + 2`` reuses the copy only after every worker has received phase ``j + 1``'s
 result, and so phase ``j``'s, so a retransmission of phase ``j`` whose result was lost still
-finds it in its copy and gets it back. LEAVE is the closing barrier: when all have left, the
-slots return to the pool. A job idle for ``lease`` seconds (a worker died) is freed too.
+finds it in its copy and gets it back. A worker sends LEAVE once it holds all its results and
+does not wait for the answer; its next JOIN of the job names the session it left (and the
+switch's incarnation), which counts as that LEAVE when the first was lost. When all have
+left, the slots return to the pool, and JOINs of the next session that came in meanwhile are
+taken up (they were held, not answered, while another worker still needed the old session's
+results). A job idle for ``lease`` seconds (a worker died) is freed too.
 
 ``Switch.handle`` does all this in Python, one datagram at a time (the reference);
 ``Switch.handle_batch``, which :func:`run_switch` uses, aggregates a batch of DATA datagrams
@@ -25,6 +29,7 @@ Datagrams that fail validation are counted and ignored; ones that parse but brea
 
 from __future__ import annotations
 
+import os
 import select
 import threading
 import time
@@ -99,6 +104,8 @@ class _Job:
     joined: int = 0
     left: int = 0
     active: float = 0.0
+    waiting: dict[int, tuple[Header, Address]] = field(default_factory=dict)
+    """JOINs of the next session, held until every worker has left this one."""
 
 
 @dataclass
@@ -114,6 +121,9 @@ class Switch:
     """int32 values per packet (one slot row)."""
     lease: float = 30.0
     """Seconds after which an idle job's slots return to the pool."""
+    incarnation: int = field(default_factory=lambda: int.from_bytes(os.urandom(4), "big"))
+    """Random id of this switch's run, sent in ``JOINED``/``NOSLOT``: a JOIN naming a session
+    left counts as its LEAVE only on the switch run that granted it."""
     stats: SwitchStats = field(default_factory=SwitchStats)
 
     def __post_init__(self) -> None:
@@ -166,7 +176,7 @@ class Switch:
         if h.kind is Kind.JOIN:
             return self._join(h, addr, now)
         if h.kind is Kind.LEAVE:
-            return self._leave(h, addr)
+            return self._leave(h, addr, now)
         return self._data(h, payload, addr, now)
 
     def expire(self, now: float | None = None) -> list[int]:
@@ -196,9 +206,16 @@ class Switch:
 
     def _join(self, h: Header, addr: Address, now: float) -> list[tuple[bytes, Address]]:
         job = self._jobs.get(h.job)
+        if (job is not None and h.session == job.session and h.phase == self.incarnation
+                and job.joined >> h.worker & 1):
+            job.waiting[h.worker] = (h, addr)  # taken up when the old session is freed
+            job.active = now
+            return self._leave(h, addr, now)
         if job is None:
             grant = min(max(1, h.slot), len(self._free))
             self._session = self._session % 65535 + 1
+            if self._session == h.session:
+                self._session = self._session % 65535 + 1
             job = _Job(self._session, [self._free.pop() for _ in range(grant)],
                        [None] * self.nworkers, [0] * self.nworkers)
             for g in job.slots:
@@ -221,11 +238,13 @@ class Switch:
         if not job.slots:
             peers = pack_peers(job.addrs)
             return [(pack(Header(Kind.NOSLOT, h.job, job.session, w, self.nworkers, 0,
-                                 self.nworkers), peers), job.addrs[w]) for w in to]
+                                 self.nworkers, phase=self.incarnation), peers), job.addrs[w])
+                    for w in to]
         return [(pack(Header(Kind.JOINED, h.job, job.session, w, self.nworkers,
-                             len(job.slots), self.values)), job.addrs[w]) for w in to]
+                             len(job.slots), self.values, phase=self.incarnation)),
+                 job.addrs[w]) for w in to]
 
-    def _leave(self, h: Header, addr: Address) -> list[tuple[bytes, Address]]:
+    def _leave(self, h: Header, addr: Address, now: float) -> list[tuple[bytes, Address]]:
         job = self._jobs.get(h.job)
         if job is None or job.session != h.session:
             return [(pack(Header(Kind.LEFT, h.job, h.session, h.worker, self.nworkers)), addr)]
@@ -236,8 +255,11 @@ class Switch:
         del self._jobs[h.job]
         self._table = None
         self._free.extend(job.slots)
-        return [(pack(Header(Kind.LEFT, h.job, h.session, w, self.nworkers)), job.addrs[w])
-                for w in range(self.nworkers)]
+        out = [(pack(Header(Kind.LEFT, h.job, h.session, w, self.nworkers)), job.addrs[w])
+               for w in range(self.nworkers)]
+        for joins, at in job.waiting.values():
+            out += self._join(joins, at, now)
+        return out
 
     def _data(self, h: Header, payload: memoryview, addr: Address, now: float
               ) -> list[tuple[bytes, Address]]:

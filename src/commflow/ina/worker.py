@@ -1,11 +1,15 @@
 """The worker side of live in-network aggregation: :func:`ina_allreduce`.
 
 One call is a session: JOIN (a barrier at the switch, which grants slots or answers NOSLOT),
-the data stream, LEAVE (a barrier: the slots return to the pool once every worker has all its
-results). The stream is self-clocked: each granted slot carries one packet at a time; the
-result of phase ``j`` of slot ``s`` brings the agreed exponent of the slot's next block and
-releases phase ``j + 1`` (block ``s + j*k`` of ``k`` slots). Phase 0 carries no values, only
-the exponents of the first ``k`` blocks (SwitchML sends a block's exponent one block ahead).
+the data stream, LEAVE. The call returns as soon as this worker holds all its results: it sends
+LEAVE once and does not wait for the switch's LEFT (the slots return to the pool once every
+worker has left). Its next JOIN of the same job names the session it left, so a lost LEAVE is
+made good by that JOIN (else by the switch's lease).
+
+The stream is self-clocked: each granted slot carries one packet at a time; the result of
+phase ``j`` of slot ``s`` brings the agreed exponent of the slot's next block and releases
+phase ``j + 1`` (block ``s + j*k`` of ``k`` slots). Phase 0 carries no values, only the
+exponents of the first ``k`` blocks (SwitchML sends a block's exponent one block ahead).
 
 Loss recovery: a packet not answered within the retransmission timeout is sent again. The
 timeout adapts as TCP's does (Jacobson/Karels, RFC 6298): ``srtt + 4 rttvar`` from samples of
@@ -47,6 +51,9 @@ from commflow.ina.protocol import (
 from commflow.ina.ring import udp_ring_allreduce
 
 Address = tuple[str, int]
+_left: dict[tuple[Address, int, int, int], tuple[int, int]] = {}
+"""Per (switch, job, rank, nranks): the (switch incarnation, session) this rank last left,
+which its next JOIN names."""
 
 
 class _Link:
@@ -136,14 +143,14 @@ class _Link:
                                 f"refused {what}: {REASONS[h.reason]}")
 
 
-def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: float,
-             what: str) -> tuple[Header, bytes]:
-    """Send ``request`` until the switch answers with one of ``replies`` (same job/worker)."""
+def _join(link: _Link, request: Header, deadline: float) -> tuple[Header, bytes]:
+    """Send the JOIN ``request`` until the switch answers JOINED or NOSLOT (same
+    job/worker)."""
     interval, resend = 0.02, 0.0
     while True:
         now = time.monotonic()
         if now >= deadline:
-            raise InaTimeoutError(f"{link.who}: no {what} from the switch at {link.switch[0]}:"
+            raise InaTimeoutError(f"{link.who}: no JOINED from the switch at {link.switch[0]}:"
                                   f"{link.switch[1]}; is it running with -n "
                                   f"{request.nworkers}, and have all ranks called it?")
         if now >= resend:
@@ -159,7 +166,7 @@ def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: 
             link.stats.malformed += 1
         elif h.kind is Kind.REJECT and h.session == request.session:
             raise link.refused(h, request.kind.name)
-        elif h.kind in replies and (request.session == 0 or h.session == request.session):
+        elif h.kind in (Kind.JOINED, Kind.NOSLOT):
             return h, bytes(got[1])
 
 
@@ -214,10 +221,12 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
     link = _Link(switch, faults, stats, who, group)
     rto = Rto(0.05, min_rto, max_rto)
     try:
-        start = time.monotonic()
-        joined, payload = _barrier(
-            link, Header(Kind.JOIN, job, 0, rank, nranks, slots, offset=group_field(group)),
-            (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
+        key = (link.switch, job, rank, nranks)
+        incarnation, left = _left.get(key, (0, 0))
+        joined, payload = _join(
+            link, Header(Kind.JOIN, job, left, rank, nranks, slots, phase=incarnation,
+                         offset=group_field(group)), time.monotonic() + timeout)
+        _left.pop(key, None)
         stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
         nonfinite = None
         if joined.kind is Kind.JOINED:
@@ -231,8 +240,8 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
             target[:] = udp_ring_allreduce(flat.astype(np.float64), link.sock, peers,
                                            rank=rank, call=joined.session, timeout=timeout,
                                            faults=faults, stats=stats)
-        leave = Header(Kind.LEAVE, job, joined.session, rank, nranks)
-        _barrier(link, leave, (Kind.LEFT,), time.monotonic() + timeout, "LEFT")
+        link.send(pack(Header(Kind.LEAVE, job, joined.session, rank, nranks)))
+        _left[key] = joined.phase, joined.session
     finally:
         link.close()
         stats.rto = rto.value

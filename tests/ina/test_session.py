@@ -1,0 +1,123 @@
+"""Sessions without a closing barrier: a worker returns once its results are in, its LEAVE
+may be lost, and its next JOIN (naming the session it left) stands in for it; the switch holds
+that JOIN while another worker still needs the old session's results."""
+
+import threading
+import time
+
+import numpy as np
+
+from commflow.ina import Faults, WorkerStats, error_bound, ina_allreduce, run_switch
+from commflow.ina.protocol import Header, Kind, pack, unpack
+from commflow.ina.switch import Switch
+from tests.ina.conftest import on_threads
+
+ADDRS = [("127.0.0.1", 6000 + w) for w in range(2)]
+NEW = [("127.0.0.1", 7000 + w) for w in range(2)]
+
+
+def send(sw, h, addr, payload=b""):
+    return [(unpack(d)[0], np.frombuffer(unpack(d)[1], ">i4").tolist(), a)
+            for d, a in sw.handle(pack(h, payload), addr, now=0.0)]
+
+
+def datum(sw, w, phase, value, addr, session=1):
+    h = Header(Kind.DATA, 1, session, w, 2, 0, 1, 3, phase, 0, phase & 1)
+    return send(sw, h, addr, np.array([value], ">i4").tobytes())
+
+
+def test_a_join_naming_the_left_session_stands_in_for_a_lost_leave():
+    sw = Switch(2, 3, values=4, incarnation=77)
+    for w in range(2):
+        got = send(sw, Header(Kind.JOIN, 1, 0, w, 2, 2), ADDRS[w])
+    assert [(h.kind, h.session, h.phase) for h, _, _ in got] == [(Kind.JOINED, 1, 77)] * 2
+    assert sw.free_slots == 1
+    for phase, values in ((0, (0, 0)), (1, (5, 7))):
+        for w in range(2):
+            got = datum(sw, w, phase, values[w], ADDRS[w])
+    assert [(h.kind, v) for h, v, _ in got] == [(Kind.RESULT, [12])] * 2
+    # worker 0 has its result, leaves and joins the next call; worker 1 lost its result
+    assert send(sw, Header(Kind.LEAVE, 1, 1, 0, 2), ADDRS[0]) == []
+    assert send(sw, Header(Kind.JOIN, 1, 1, 0, 2, 2, phase=77), NEW[0]) == []
+    assert sw.free_slots == 1  # held: worker 1 still needs the old session
+    again = datum(sw, 1, 1, 7, ADDRS[1])
+    assert [(h.kind, h.session, v, a) for h, v, a in again] == [(Kind.RESULT, 1, [12], ADDRS[1])]
+    # a JOIN naming the session under another switch run is a JOIN, not a LEAVE
+    stranger = send(sw, Header(Kind.JOIN, 1, 1, 1, 2, 2, phase=78), ADDRS[1])
+    assert [(h.kind, h.session) for h, _, _ in stranger] == [(Kind.JOINED, 1)]
+    # worker 1's LEAVE is lost; its next JOIN frees the old session and starts the next
+    got = send(sw, Header(Kind.JOIN, 1, 1, 1, 2, 2, phase=77), NEW[1])
+    kinds = [(h.kind, h.worker, h.session, a) for h, _, a in got]
+    assert kinds == [(Kind.LEFT, 0, 1, NEW[0]), (Kind.LEFT, 1, 1, NEW[1]),
+                     (Kind.JOINED, 0, 2, NEW[0]), (Kind.JOINED, 1, 2, NEW[1])]
+    assert sw.free_slots == 1 and sw.stats.sessions == 2
+    # a repeated JOIN of the new call (its JOINED lost) gets the new session again
+    got = send(sw, Header(Kind.JOIN, 1, 1, 0, 2, 2, phase=77), NEW[0])
+    assert [(h.kind, h.session, a) for h, _, a in got] == [(Kind.JOINED, 2, NEW[0])]
+    for phase, values in ((0, (0, 0)), (1, (-4, 1))):
+        for w in range(2):
+            got = datum(sw, w, phase, values[w], NEW[w], session=2)
+    assert [v for _, v, _ in got] == [[-3], [-3]]
+
+
+class _Drop(Faults):
+    """Drops the datagrams ``lose(data)`` picks (and duplicates as :class:`Faults` does)."""
+
+    def __init__(self, lose, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.lose = lose
+
+    def sendto(self, sock, data, addr) -> None:
+        if self.lose(bytes(data)):
+            self.dropped += 1
+            return
+        super().sendto(sock, data, addr)
+
+
+def _kind(data):
+    return unpack(data)[0].kind
+
+
+def test_lost_joined_and_lost_leaves_keep_every_sum_exact():
+    first_joined = []
+
+    def lose_joined(data):  # the first JOINED to each worker
+        h = unpack(data)[0]
+        if h.kind is Kind.JOINED and h.worker not in first_joined:
+            first_joined.append(h.worker)
+            return True
+        return False
+
+    stop, addr, stats = threading.Event(), [], []
+    server = threading.Thread(target=lambda: stats.append(run_switch(
+        "127.0.0.1", 0, 2, 8, values=64, lease=1.0, stop=stop, ready=addr.append,
+        faults=_Drop(lose_joined, duplicate=0.3, seed=5))))
+    server.start()
+    while not addr:
+        time.sleep(0.01)
+    rng = np.random.default_rng(3)
+    try:
+        for call in range(4):
+            xs = [rng.standard_normal(1000) * 10.0 ** call for _ in range(2)]
+            ws = [WorkerStats() for _ in range(2)]
+            outs = on_threads(lambda r, xs=xs, ws=ws: ina_allreduce(
+                xs[r], switch=addr[0], rank=r, nranks=2, job=4, slots=8, stats=ws[r],
+                faults=_Drop(lambda d: _kind(d) is Kind.LEAVE, duplicate=0.3, seed=r)), 2)
+            exact = xs[0] + xs[1]
+            for out in outs:
+                assert (np.abs(out - exact) <= error_bound(xs, 64)).all()
+            assert [s.slots for s in ws] == [8, 8], call  # the last session was freed
+        # every LEAVE was lost; the last session's slots come back by the lease
+        other = WorkerStats()
+        on_threads(lambda r: ina_allreduce(np.ones(10), switch=addr[0], rank=r, nranks=2,
+                                           job=5, slots=8, stats=other if r else None), 2)
+        assert other.fell_back and other.slots == 0
+        time.sleep(2.2)
+        other = WorkerStats()
+        on_threads(lambda r: ina_allreduce(np.ones(10), switch=addr[0], rank=r, nranks=2,
+                                           job=5, slots=8, stats=other if r else None), 2)
+        assert not other.fell_back and other.slots == 8
+    finally:
+        stop.set()
+        server.join()
+    assert first_joined == [0, 1] and stats[0].sessions == 6 and stats[0].rejected == 0

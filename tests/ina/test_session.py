@@ -8,7 +8,8 @@ import time
 import numpy as np
 
 from commflow.ina import Faults, WorkerStats, error_bound, ina_allreduce, run_switch
-from commflow.ina.protocol import Header, Kind, pack, unpack
+from commflow.ina._stream_kernels import NONFINITE
+from commflow.ina.protocol import EMPTY, Header, Kind, Reason, pack, unpack
 from commflow.ina.switch import Switch
 from tests.ina.conftest import on_threads
 
@@ -60,6 +61,30 @@ def test_a_join_naming_the_left_session_stands_in_for_a_lost_leave():
     assert [v for _, v, _ in got] == [[-3], [-3]]
 
 
+def test_joins_carrying_first_exponents_skip_phase_0():
+    sw = Switch(2, 4, values=4)
+    exps = [np.array([3, EMPTY, 9], ">i4"), np.array([5, -2, NONFINITE], ">i4")]
+    for w in range(2):  # 2 slots granted, 3 exponents offered
+        got = send(sw, Header(Kind.JOIN, 1, 0, w, 2, 2, 3, 4), ADDRS[w], exps[w].tobytes())
+    assert [(h.kind, h.slot, v) for h, v, _ in got] == [(Kind.JOINED, 2, [5, -2])] * 2
+    # a lost JOINED: the repeated JOIN gets the same maxima; phase 1 is taken at once
+    got = send(sw, Header(Kind.JOIN, 1, 0, 0, 2, 2, 3, 4), ADDRS[0], exps[0].tobytes())
+    assert [(h.kind, v, a) for h, v, a in got] == [(Kind.JOINED, [5, -2], ADDRS[0])]
+    for w, value in ((0, 6), (1, -1)):
+        got = datum(sw, w, 1, value, ADDRS[w])
+    assert [(h.phase, h.exp, v) for h, v, _ in got] == [(1, 3, [5])] * 2
+    # exponents for other values per packet, too few for the slots, or from one worker only:
+    # no JOINED payload, phase 0 runs first
+    for counts, values in (((2, 2), 8), ((1, 1), 4), ((2, 0), 4)):
+        sw = Switch(2, 4, values=4)
+        for w in range(2):
+            got = send(sw, Header(Kind.JOIN, 1, 0, w, 2, 2, counts[w], values), ADDRS[w],
+                       exps[w][:counts[w]].tobytes())
+        assert [(h.kind, v) for h, v, _ in got] == [(Kind.JOINED, [])] * 2
+        early = datum(sw, 0, 1, 6, ADDRS[0])
+        assert [(h.kind, h.reason) for h, _, _ in early] == [(Kind.REJECT, Reason.BAD_PHASE)]
+
+
 class _Drop(Faults):
     """Drops the datagrams ``lose(data)`` picks (and duplicates as :class:`Faults` does)."""
 
@@ -107,6 +132,8 @@ def test_lost_joined_and_lost_leaves_keep_every_sum_exact():
             for out in outs:
                 assert (np.abs(out - exact) <= error_bound(xs, 64)).all()
             assert [s.slots for s in ws] == [8, 8], call  # the last session was freed
+            if call:  # 16 blocks: the JOINs carried the first exponents, no phase 0
+                assert [s.results for s in ws] == [16, 16]
         # every LEAVE was lost; the last session's slots come back by the lease
         other = WorkerStats()
         on_threads(lambda r: ina_allreduce(np.ones(10), switch=addr[0], rank=r, nranks=2,

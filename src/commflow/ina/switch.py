@@ -2,21 +2,22 @@
 
 The switch holds ``slots`` rows of ``values`` integers, each in two shadow copies (versions 0
 and 1). A job's workers JOIN (a barrier): the first JOIN grants the job up to the slots it asks
-for from the free pool, or none when the pool is empty (``NOSLOT``, with every worker's address,
-so that they sum among themselves: ATP's fallback to end-host aggregation); the answer goes to
-every worker once all have joined. In the data phase a worker keeps each of its slots busy with
-one block at a time: phase ``j`` of a slot uses copy ``j mod 2``. The switch adds the payload
-into the copy and sets the worker's bit; a second copy of the same packet (a retransmission or
-duplicate) is not added again. When all ``n`` bits are set it sends the sum to every worker:
-once, to the job's multicast group, when every worker's JOIN named the same group (the network
-copies it to each worker, as SwitchML's switch multicasts), else to each worker in turn.
-Phase ``j + 2`` reuses the copy only after every worker has received phase ``j + 1``'s
-result, and so phase ``j``'s, so a retransmission of phase ``j`` whose result was lost still
-finds it in its copy and gets it back. A worker sends LEAVE once it holds all its results and
-does not wait for the answer; its next JOIN of the job names the session it left (and the
-switch's incarnation), which counts as that LEAVE when the first was lost. When all have
-left, the slots return to the pool, and JOINs of the next session that came in meanwhile are
-taken up (they were held, not answered, while another worker still needed the old session's
+for from the free pool, or none when the pool is empty (``NOSLOT``, with every worker's
+address, so that they sum among themselves: ATP's fallback to end-host aggregation); the answer
+goes to every worker once all have joined, with the maxima of the slots' first block exponents
+when every JOIN carried them (phase 0 is then skipped). In the data phase a worker keeps each
+of its slots busy with one block at a time: phase ``j`` of a slot uses copy ``j mod 2``. The
+switch adds the payload into the copy and sets the worker's bit; a second copy of the same
+packet (a retransmission or duplicate) is not added again. When all ``n`` bits are set it sends
+the sum to every worker: once, to the job's multicast group, when every worker's JOIN named the
+same group (the network copies it to each worker, as SwitchML's switch multicasts), else to
+each worker in turn. Phase ``j + 2`` reuses the copy only after every worker has received phase
+``j + 1``'s result, and so phase ``j``'s, so a retransmission of phase ``j`` whose result was
+lost still finds it in its copy and gets it back. A worker sends LEAVE once it holds all its
+results and does not wait for the answer; its next JOIN of the job names the session it left
+(and the switch's incarnation), which counts as that LEAVE when the first was lost. When all
+have left, the slots return to the pool, and JOINs of the next session that came in meanwhile
+are taken up (they were held, not answered, while another worker still needed the old session's
 results). A job idle for ``lease`` seconds (a worker died) is freed too.
 
 ``Switch.handle`` does all this in Python, one datagram at a time (the reference);
@@ -104,8 +105,14 @@ class _Job:
     joined: int = 0
     left: int = 0
     active: float = 0.0
-    waiting: dict[int, tuple[Header, Address]] = field(default_factory=dict)
+    waiting: dict[int, tuple[Header, bytes, Address]] = field(default_factory=dict)
     """JOINs of the next session, held until every worker has left this one."""
+    exps: np.ndarray | None = None
+    """The maximum over the JOINs so far of each slot's first block exponent."""
+    told: int = 0
+    """Workers whose JOIN carried those exponents (for this switch's values per packet)."""
+    first: bytes = b""
+    """The ``JOINED`` payload: the agreed first exponents, or none (phase 0 runs)."""
 
 
 @dataclass
@@ -174,7 +181,7 @@ class Switch:
         if reason is not Reason.NONE:
             return self._reject(h, reason, addr)
         if h.kind is Kind.JOIN:
-            return self._join(h, addr, now)
+            return self._join(h, bytes(payload), addr, now)
         if h.kind is Kind.LEAVE:
             return self._leave(h, addr, now)
         return self._data(h, payload, addr, now)
@@ -204,11 +211,12 @@ class Switch:
                        h.phase, h.offset, h.flags, reason)
         return [(pack(reply), addr)]
 
-    def _join(self, h: Header, addr: Address, now: float) -> list[tuple[bytes, Address]]:
+    def _join(self, h: Header, payload: bytes, addr: Address, now: float
+              ) -> list[tuple[bytes, Address]]:
         job = self._jobs.get(h.job)
         if (job is not None and h.session == job.session and h.phase == self.incarnation
                 and job.joined >> h.worker & 1):
-            job.waiting[h.worker] = (h, addr)  # taken up when the old session is freed
+            job.waiting[h.worker] = (h, payload, addr)  # taken up once the old one is freed
             job.active = now
             return self._leave(h, addr, now)
         if job is None:
@@ -230,10 +238,12 @@ class Switch:
         job.groups[h.worker] = h.offset
         was = job.joined
         job.joined |= 1 << h.worker
+        if was != self._full:
+            self._first_exponents(job, h, payload)
         if job.joined != self._full:
             return []
-        if was != self._full and len(set(job.groups)) == 1:
-            job.group = group_address(job.groups[0])
+        if was != self._full:
+            self._agree(job)
         to = range(self.nworkers) if was != self._full else [h.worker]
         if not job.slots:
             peers = pack_peers(job.addrs)
@@ -241,8 +251,30 @@ class Switch:
                                  self.nworkers, phase=self.incarnation), peers), job.addrs[w])
                     for w in to]
         return [(pack(Header(Kind.JOINED, h.job, job.session, w, self.nworkers,
-                             len(job.slots), self.values, phase=self.incarnation)),
+                             len(job.slots), self.values, phase=self.incarnation), job.first),
                  job.addrs[w]) for w in to]
+
+    def _first_exponents(self, job: _Job, h: Header, payload: bytes) -> None:
+        """Take the JOIN's first block exponents into the job's maxima when they are for this
+        switch's values per packet and cover every granted slot."""
+        grant = len(job.slots)
+        if not grant or h.exp != self.values or h.count < grant:
+            return
+        exps = np.frombuffer(payload, WIRE, grant).astype(np.int64)
+        job.exps = exps if job.exps is None else np.maximum(job.exps, exps)
+        job.told |= 1 << h.worker
+
+    def _agree(self, job: _Job) -> None:
+        """Once all have joined: the job's multicast group, and when every JOIN carried the
+        first exponents, the slots' phase 0 as done with their maxima (the JOINED payload)."""
+        if len(set(job.groups)) == 1:
+            job.group = group_address(job.groups[0])
+        if job.told != self._full or job.exps is None:
+            return
+        job.first = job.exps.astype(WIRE).tobytes()
+        for g, e in zip(job.slots, job.exps, strict=True):
+            self._phase[0][g], self._seen[0][g] = 0, np.uint64(self._full)
+            self._nseen[0][g], self._exp[0][g] = self.nworkers, e
 
     def _leave(self, h: Header, addr: Address, now: float) -> list[tuple[bytes, Address]]:
         job = self._jobs.get(h.job)
@@ -257,8 +289,8 @@ class Switch:
         self._free.extend(job.slots)
         out = [(pack(Header(Kind.LEFT, h.job, h.session, w, self.nworkers)), job.addrs[w])
                for w in range(self.nworkers)]
-        for joins, at in job.waiting.values():
-            out += self._join(joins, at, now)
+        for joins, payload, at in job.waiting.values():
+            out += self._join(joins, payload, at, now)
         return out
 
     def _data(self, h: Header, payload: memoryview, addr: Address, now: float

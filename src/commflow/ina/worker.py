@@ -8,8 +8,10 @@ made good by that JOIN (else by the switch's lease).
 
 The stream is self-clocked: each granted slot carries one packet at a time; the result of
 phase ``j`` of slot ``s`` brings the agreed exponent of the slot's next block and releases
-phase ``j + 1`` (block ``s + j*k`` of ``k`` slots). Phase 0 carries no values, only the
-exponents of the first ``k`` blocks (SwitchML sends a block's exponent one block ahead).
+phase ``j + 1`` (block ``s + j*k`` of ``k`` slots). SwitchML sends a block's exponent one
+block ahead: the JOIN carries those of the first blocks when the worker knows the switch's
+values per packet (from an earlier JOINED), and JOINED brings their maxima; else phase 0, with
+no values, agrees on them first.
 
 Loss recovery: a packet not answered within the retransmission timeout is sent again. The
 timeout adapts as TCP's does (Jacobson/Karels, RFC 6298): ``srtt + 4 rttvar`` from samples of
@@ -33,10 +35,12 @@ import numpy as np
 from commflow.ina._batch import Batch
 from commflow.ina._common import Rto, WorkerStats
 from commflow.ina._sockets import check_group, open_group, open_socket
-from commflow.ina._stream import stream
+from commflow.ina._stream import first_exponents, stream
 from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
+    MAX_VALUES,
     REASONS,
+    WIRE,
     Header,
     InaError,
     InaNoSlotsError,
@@ -54,6 +58,8 @@ Address = tuple[str, int]
 _left: dict[tuple[Address, int, int, int], tuple[int, int]] = {}
 """Per (switch, job, rank, nranks): the (switch incarnation, session) this rank last left,
 which its next JOIN names."""
+_values: dict[Address, int] = {}
+"""Per switch: its values per packet, from the last JOINED (what JOIN's exponents assume)."""
 
 
 class _Link:
@@ -143,9 +149,10 @@ class _Link:
                                 f"refused {what}: {REASONS[h.reason]}")
 
 
-def _join(link: _Link, request: Header, deadline: float) -> tuple[Header, bytes]:
-    """Send the JOIN ``request`` until the switch answers JOINED or NOSLOT (same
-    job/worker)."""
+def _join(link: _Link, request: Header, deadline: float, exps: bytes
+          ) -> tuple[Header, bytes]:
+    """Send the JOIN ``request`` (with its first block exponents ``exps``) until the switch
+    answers JOINED or NOSLOT (same job/worker)."""
     interval, resend = 0.02, 0.0
     while True:
         now = time.monotonic()
@@ -154,7 +161,7 @@ def _join(link: _Link, request: Header, deadline: float) -> tuple[Header, bytes]
                                   f"{link.switch[1]}; is it running with -n "
                                   f"{request.nworkers}, and have all ranks called it?")
         if now >= resend:
-            link.send(pack(request))
+            link.send(pack(request, exps))
             resend, interval = now + interval, min(0.5, 2 * interval)
         got = link.recv(min(resend, deadline) - now)
         if got is None:
@@ -223,14 +230,20 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
     try:
         key = (link.switch, job, rank, nranks)
         incarnation, left = _left.get(key, (0, 0))
+        values = _values.get(link.switch, 0)
+        count = min(slots, -(-flat.size // values), MAX_VALUES) if values else 0
+        exps = first_exponents(flat, values, count) if count else np.zeros(0, np.int64)
         joined, payload = _join(
-            link, Header(Kind.JOIN, job, left, rank, nranks, slots, phase=incarnation,
-                         offset=group_field(group)), time.monotonic() + timeout)
+            link, Header(Kind.JOIN, job, left, rank, nranks, slots, count, values, incarnation,
+                         group_field(group)), time.monotonic() + timeout,
+            exps.astype(WIRE).tobytes())
         _left.pop(key, None)
         stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
         nonfinite = None
         if joined.kind is Kind.JOINED:
-            nonfinite = stream(link, flat, target, joined, nranks, timeout, rto)
+            _values[link.switch] = joined.count
+            first = np.frombuffer(payload, WIRE).astype(np.int64) if payload else None
+            nonfinite = stream(link, flat, target, joined, nranks, timeout, rto, first)
         elif fallback and comm is not None:
             stats.fell_back = True
             target[:] = comm.allreduce(flat.astype(np.float64), algo="ring")

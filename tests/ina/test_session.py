@@ -1,6 +1,6 @@
 """Sessions without a closing barrier: a worker returns once its results are in, its LEAVE
-may be lost, and its next JOIN (naming the session it left) stands in for it; the switch holds
-that JOIN while another worker still needs the old session's results."""
+may be lost, and its next call's JOIN (a new call id) stands in for it; the switch holds that
+JOIN while another worker still needs the old session's results."""
 
 import threading
 import time
@@ -27,38 +27,46 @@ def datum(sw, w, phase, value, addr, session=1):
     return send(sw, h, addr, np.array([value], ">i4").tobytes())
 
 
-def test_a_join_naming_the_left_session_stands_in_for_a_lost_leave():
-    sw = Switch(2, 3, values=4, incarnation=77)
+def join(sw, w, call, addr):
+    return send(sw, Header(Kind.JOIN, 1, 0, w, 2, 2, phase=call), addr)
+
+
+def test_the_next_calls_join_stands_in_for_a_lost_leave():
+    sw = Switch(2, 3, values=4)
     for w in range(2):
-        got = send(sw, Header(Kind.JOIN, 1, 0, w, 2, 2), ADDRS[w])
-    assert [(h.kind, h.session, h.phase) for h, _, _ in got] == [(Kind.JOINED, 1, 77)] * 2
+        got = join(sw, w, 10 + w, ADDRS[w])
+    assert [(h.kind, h.session) for h, _, _ in got] == [(Kind.JOINED, 1)] * 2
+    # a lost JOINED: the repeated JOIN (same call id) gets it again
+    got = join(sw, 1, 11, ADDRS[1])
+    assert [(h.kind, h.session, a) for h, _, a in got] == [(Kind.JOINED, 1, ADDRS[1])]
     assert sw.free_slots == 1
     for phase, values in ((0, (0, 0)), (1, (5, 7))):
         for w in range(2):
             got = datum(sw, w, phase, values[w], ADDRS[w])
     assert [(h.kind, v) for h, v, _ in got] == [(Kind.RESULT, [12])] * 2
-    # worker 0 has its result, leaves and joins the next call; worker 1 lost its result
+    # worker 0 has its result, leaves and starts its next call; worker 1 lost its result
     assert send(sw, Header(Kind.LEAVE, 1, 1, 0, 2), ADDRS[0]) == []
-    assert send(sw, Header(Kind.JOIN, 1, 1, 0, 2, 2, phase=77), NEW[0]) == []
-    assert sw.free_slots == 1  # held: worker 1 still needs the old session
+    assert join(sw, 0, 20, NEW[0]) == []
+    assert join(sw, 0, 20, NEW[0]) == []  # repeated: still held
+    assert sw.free_slots == 1  # worker 1 still needs the old session
     again = datum(sw, 1, 1, 7, ADDRS[1])
     assert [(h.kind, h.session, v, a) for h, v, a in again] == [(Kind.RESULT, 1, [12], ADDRS[1])]
-    # a JOIN naming the session under another switch run is a JOIN, not a LEAVE
-    stranger = send(sw, Header(Kind.JOIN, 1, 1, 1, 2, 2, phase=78), ADDRS[1])
-    assert [(h.kind, h.session) for h, _, _ in stranger] == [(Kind.JOINED, 1)]
-    # worker 1's LEAVE is lost; its next JOIN frees the old session and starts the next
-    got = send(sw, Header(Kind.JOIN, 1, 1, 1, 2, 2, phase=77), NEW[1])
+    # worker 1's LEAVE is lost; its next call's JOIN frees the old session and starts the next
+    got = join(sw, 1, 21, NEW[1])
     kinds = [(h.kind, h.worker, h.session, a) for h, _, a in got]
     assert kinds == [(Kind.LEFT, 0, 1, NEW[0]), (Kind.LEFT, 1, 1, NEW[1]),
                      (Kind.JOINED, 0, 2, NEW[0]), (Kind.JOINED, 1, 2, NEW[1])]
     assert sw.free_slots == 1 and sw.stats.sessions == 2
     # a repeated JOIN of the new call (its JOINED lost) gets the new session again
-    got = send(sw, Header(Kind.JOIN, 1, 1, 0, 2, 2, phase=77), NEW[0])
+    got = join(sw, 0, 20, NEW[0])
     assert [(h.kind, h.session, a) for h, _, a in got] == [(Kind.JOINED, 2, NEW[0])]
     for phase, values in ((0, (0, 0)), (1, (-4, 1))):
         for w in range(2):
             got = datum(sw, w, phase, values[w], NEW[w], session=2)
     assert [v for _, v, _ in got] == [[-3], [-3]]
+    # the old session's stale LEAVE, late: answered, nothing freed
+    late = send(sw, Header(Kind.LEAVE, 1, 1, 1, 2), ADDRS[1])
+    assert [(h.kind, h.session) for h, _, _ in late] == [(Kind.LEFT, 1)] and sw.free_slots == 1
 
 
 def test_joins_carrying_first_exponents_skip_phase_0():

@@ -11,7 +11,6 @@ flags      u8     bit 0: the slot's version (which of its two shadow copies)
 reason     u8     a :class:`Reason` (``REJECT`` only)
 job        u16    job id: slots are granted per job
 session    u16    switch-assigned per JOIN..LEAVE session; stale packets carry an old one
-                  (``JOIN``: the session this worker last left in the job, 0: none)
 worker     u16    sender's rank (``RESULT``/``JOINED``/``LEFT``: the addressee; ``RESULT``
                   sent once to the job's multicast group: :data:`GROUP`)
 nworkers   u16    ranks in the job
@@ -24,20 +23,19 @@ exp        i16    ``DATA``: the sender's exponent of the *next* block on this sl
                   ``RESULT``: the maximum over the workers (:data:`EMPTY` for all-zero);
                   ``JOIN``: the values per packet its exponents are for (0: none sent)
 phase      u32    use number of the slot (0: exponent bootstrap, j >= 1: its j-th block;
-                  ``JOINED``/``NOSLOT``: the switch's incarnation, a random id of its run;
-                  ``JOIN``: the incarnation of the session named in ``session``)
+                  ``JOIN``: the worker's call id, random per call, the same when repeated)
 offset     u64    element offset of the block in the array (``JOIN``: the multicast group
                   the worker takes results on, :func:`group_field`; 0: none)
 =========  =====  ==================================================================
 
-Sessions. A worker sends LEAVE once it holds all its results and does not wait for ``LEFT``;
-its next JOIN of the job names the session it left with the switch's incarnation, which the
-switch counts as that LEAVE (the first may have been lost) and holds until every worker has
-left the old session, so no result another worker still needs is freed. A JOIN that carries the
-exponents of the first block of every slot the switch grants, for the switch's values per
-packet (a worker learns them from an earlier JOINED), lets the switch agree on them at the
-barrier: when every worker's JOIN did, JOINED carries the maxima and the stream starts at
-phase 1 (no exponent-only phase 0); otherwise JOINED has no payload and phase 0 runs.
+Sessions. A worker sends LEAVE once it holds all its results and does not wait for ``LEFT``. A
+JOIN of the job with a new call id from a worker of the current session is its next call: the
+switch counts it as that worker's LEAVE (the first may have been lost) and holds it until every
+worker has left the old session, so no result another worker still needs is freed. A JOIN that
+carries the exponents of the first block of every slot the switch grants, for the switch's
+values per packet (a worker learns them from an earlier JOINED), lets the switch agree on them
+at the barrier: when every worker's JOIN did, JOINED carries the maxima and the stream starts
+at phase 1 (no exponent-only phase 0); otherwise JOINED has no payload and phase 0 runs.
 
 Quantization (power-of-two scale per block of ``values`` elements). Every worker's exponent of a
 block is ``e = frexp(max |x|)[1]`` (so ``max |x| < 2**e``); the switch returns the maximum ``E``
@@ -63,7 +61,7 @@ from commflow.errors import CommflowError
 
 MAGIC = b"CFIN"
 VERSION = 2
-"""2: JOIN carries the session left and the first block exponents, JOINED their maxima."""
+"""2: JOIN carries a call id and the first block exponents, JOINED their maxima."""
 HEADER = struct.Struct("!4sBBBBHHHHHHhIQ")
 WIRE = np.dtype(">i4")
 PEER = struct.Struct("!4sH")

@@ -14,8 +14,8 @@ same group (the network copies it to each worker, as SwitchML's switch multicast
 each worker in turn. Phase ``j + 2`` reuses the copy only after every worker has received phase
 ``j + 1``'s result, and so phase ``j``'s, so a retransmission of phase ``j`` whose result was
 lost still finds it in its copy and gets it back. A worker sends LEAVE once it holds all its
-results and does not wait for the answer; its next JOIN of the job names the session it left
-(and the switch's incarnation), which counts as that LEAVE when the first was lost. When all
+results and does not wait for the answer; its next JOIN of the job (a new call id) counts as
+that LEAVE when the first was lost. When all
 have left, the slots return to the pool, and JOINs of the next session that came in meanwhile
 are taken up (they were held, not answered, while another worker still needed the old session's
 results). A job idle for ``lease`` seconds (a worker died) is freed too.
@@ -30,7 +30,6 @@ Datagrams that fail validation are counted and ignored; ones that parse but brea
 
 from __future__ import annotations
 
-import os
 import select
 import threading
 import time
@@ -101,6 +100,7 @@ class _Job:
     slots: list[int]
     addrs: list[Address | None]
     groups: list[int]
+    calls: list[int]
     group: Address | None = None
     joined: int = 0
     left: int = 0
@@ -128,9 +128,6 @@ class Switch:
     """int32 values per packet (one slot row)."""
     lease: float = 30.0
     """Seconds after which an idle job's slots return to the pool."""
-    incarnation: int = field(default_factory=lambda: int.from_bytes(os.urandom(4), "big"))
-    """Random id of this switch's run, sent in ``JOINED``/``NOSLOT``: a JOIN naming a session
-    left counts as its LEAVE only on the switch run that granted it."""
     stats: SwitchStats = field(default_factory=SwitchStats)
 
     def __post_init__(self) -> None:
@@ -214,18 +211,16 @@ class Switch:
     def _join(self, h: Header, payload: bytes, addr: Address, now: float
               ) -> list[tuple[bytes, Address]]:
         job = self._jobs.get(h.job)
-        if (job is not None and h.session == job.session and h.phase == self.incarnation
-                and job.joined >> h.worker & 1):
+        if job is not None and job.joined >> h.worker & 1 and job.calls[h.worker] != h.phase:
+            # the worker's next call: it has left this session (its LEAVE may have been lost)
             job.waiting[h.worker] = (h, payload, addr)  # taken up once the old one is freed
             job.active = now
-            return self._leave(h, addr, now)
+            return self._leave(h._replace(session=job.session), addr, now)
         if job is None:
             grant = min(max(1, h.slot), len(self._free))
             self._session = self._session % 65535 + 1
-            if self._session == h.session:
-                self._session = self._session % 65535 + 1
             job = _Job(self._session, [self._free.pop() for _ in range(grant)],
-                       [None] * self.nworkers, [0] * self.nworkers)
+                       [None] * self.nworkers, [0] * self.nworkers, [0] * self.nworkers)
             for g in job.slots:
                 self._phase[0][g], self._phase[1][g] = -2, -1
                 self._nseen[0][g] = self._nseen[1][g] = 0
@@ -236,6 +231,7 @@ class Switch:
         job.active = now
         job.addrs[h.worker] = addr
         job.groups[h.worker] = h.offset
+        job.calls[h.worker] = h.phase
         was = job.joined
         job.joined |= 1 << h.worker
         if was != self._full:
@@ -248,10 +244,10 @@ class Switch:
         if not job.slots:
             peers = pack_peers(job.addrs)
             return [(pack(Header(Kind.NOSLOT, h.job, job.session, w, self.nworkers, 0,
-                                 self.nworkers, phase=self.incarnation), peers), job.addrs[w])
+                                 self.nworkers), peers), job.addrs[w])
                     for w in to]
         return [(pack(Header(Kind.JOINED, h.job, job.session, w, self.nworkers,
-                             len(job.slots), self.values, phase=self.incarnation), job.first),
+                             len(job.slots), self.values), job.first),
                  job.addrs[w]) for w in to]
 
     def _first_exponents(self, job: _Job, h: Header, payload: bytes) -> None:

@@ -3,8 +3,9 @@
 One call is a session: JOIN (a barrier at the switch, which grants slots or answers NOSLOT),
 the data stream, LEAVE. The call returns as soon as this worker holds all its results: it sends
 LEAVE once and does not wait for the switch's LEFT (the slots return to the pool once every
-worker has left). Its next JOIN of the same job names the session it left, so a lost LEAVE is
-made good by that JOIN (else by the switch's lease).
+worker has left). Each call's JOIN carries a random call id; the switch takes a JOIN of the
+job with a new id from a worker of the current session as that worker's LEAVE, so a lost LEAVE
+is made good by the next call (else by the switch's lease).
 
 The stream is self-clocked: each granted slot carries one packet at a time; the result of
 phase ``j`` of slot ``s`` brings the agreed exponent of the slot's next block and releases
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 import select
 import socket
 import time
@@ -55,9 +57,6 @@ from commflow.ina.protocol import (
 from commflow.ina.ring import udp_ring_allreduce
 
 Address = tuple[str, int]
-_left: dict[tuple[Address, int, int, int], tuple[int, int]] = {}
-"""Per (switch, job, rank, nranks): the (switch incarnation, session) this rank last left,
-which its next JOIN names."""
 _values: dict[Address, int] = {}
 """Per switch: its values per packet, from the last JOINED (what JOIN's exponents assume)."""
 
@@ -228,16 +227,13 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
     link = _Link(switch, faults, stats, who, group)
     rto = Rto(0.05, min_rto, max_rto)
     try:
-        key = (link.switch, job, rank, nranks)
-        incarnation, left = _left.get(key, (0, 0))
         values = _values.get(link.switch, 0)
         count = min(slots, -(-flat.size // values), MAX_VALUES) if values else 0
         exps = first_exponents(flat, values, count) if count else np.zeros(0, np.int64)
         joined, payload = _join(
-            link, Header(Kind.JOIN, job, left, rank, nranks, slots, count, values, incarnation,
-                         group_field(group)), time.monotonic() + timeout,
-            exps.astype(WIRE).tobytes())
-        _left.pop(key, None)
+            link, Header(Kind.JOIN, job, 0, rank, nranks, slots, count, values,
+                         int.from_bytes(os.urandom(4), "big"), group_field(group)),
+            time.monotonic() + timeout, exps.astype(WIRE).tobytes())
         stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
         nonfinite = None
         if joined.kind is Kind.JOINED:
@@ -254,7 +250,6 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
                                            rank=rank, call=joined.session, timeout=timeout,
                                            faults=faults, stats=stats)
         link.send(pack(Header(Kind.LEAVE, job, joined.session, rank, nranks)))
-        _left[key] = joined.phase, joined.session
     finally:
         link.close()
         stats.rto = rto.value

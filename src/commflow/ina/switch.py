@@ -21,8 +21,8 @@ are taken up (they were held, not answered, while another worker still needed th
 results). A job idle for ``lease`` seconds (a worker died) is freed too.
 
 ``Switch.handle`` does all this in Python, one datagram at a time (the reference);
-``Switch.handle_batch``, which :func:`run_switch` uses, aggregates a batch of DATA datagrams
-per compiled call (:mod:`commflow.ina._kernels`) on the same state.
+``Switch.handle_batch``, which :func:`commflow.ina.serve.run_switch` uses, aggregates a batch
+of DATA datagrams per compiled call (:mod:`commflow.ina._kernels`) on the same state.
 
 Datagrams that fail validation are counted and ignored; ones that parse but break the protocol
 (wrong worker count, slot, phase) are answered with ``REJECT`` and a :class:`Reason`.
@@ -30,18 +30,14 @@ Datagrams that fail validation are counted and ignored; ones that parse but brea
 
 from __future__ import annotations
 
-import select
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from commflow.ina import _kernels
 from commflow.ina._batch import Batch
-from commflow.ina._sockets import open_socket
-from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
     EMPTY,
     GROUP,
@@ -118,7 +114,7 @@ class _Job:
 @dataclass
 class Switch:
     """Aggregation state and packet handling, without a socket (``handle`` returns what to
-    send); :func:`run_switch` puts it on UDP."""
+    send); :func:`commflow.ina.serve.run_switch` puts it on UDP."""
 
     nworkers: int
     """Workers per job (every job has this many)."""
@@ -412,41 +408,3 @@ class Switch:
                            np.array([len(job.slots) for _, job in held], np.int64),
                            [j for j, _ in held])
         return self._table
-
-
-def run_switch(host: str = "127.0.0.1", port: int = 0, nranks: int = 2, slots: int = 64, *,
-               values: int = 256, faults: Faults | None = None, lease: float = 30.0,
-               stop: threading.Event | None = None,
-               ready: Callable[[Address], None] | None = None) -> SwitchStats:
-    """Serve a :class:`Switch` on UDP ``host:port`` (loopback by default; port 0: any free
-    one) until ``stop`` is set; ``ready`` is called with the bound address first. Reads the
-    datagrams waiting in batches and aggregates each batch with the compiled kernel
-    (:meth:`Switch.handle_batch`). Every send goes through ``faults``. Returns the switch's
-    statistics."""
-    switch = Switch(nranks, slots, values=values, lease=lease)
-    faults = faults or Faults()
-    stop = stop or threading.Event()
-    sock = open_socket(host, port, 32 << 20)
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    batch = Batch()
-    try:
-        if ready is not None:
-            ready(sock.getsockname())
-        checked = time.monotonic()
-        while not stop.is_set():
-            count = batch.receive(sock)
-            now = time.monotonic()
-            if not count:
-                poller.poll(200)
-            for out, dst in switch.handle_batch(batch, count, now):
-                try:
-                    faults.sendto(sock, out, dst)
-                except OSError:
-                    switch.stats.last_error = f"send to {dst[0]}:{dst[1]} failed"
-            if now - checked > 1.0:
-                switch.expire(now)
-                checked = now
-    finally:
-        sock.close()
-    return switch.stats

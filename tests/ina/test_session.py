@@ -69,6 +69,19 @@ def test_the_next_calls_join_stands_in_for_a_lost_leave():
     assert [(h.kind, h.session) for h, _, _ in late] == [(Kind.LEFT, 1)] and sw.free_slots == 1
 
 
+def test_a_new_call_before_the_session_started_replaces_the_last_join():
+    sw = Switch(2, 3, values=4)
+    assert send(sw, Header(Kind.JOIN, 1, 0, 0, 2, 2, 2, 4, 10), ADDRS[0],
+                np.array([30, 30], ">i4").tobytes()) == []
+    # worker 0 gave up before worker 1 came; its next call joins the same, unstarted session
+    assert send(sw, Header(Kind.JOIN, 1, 0, 0, 2, 2, 2, 4, 11), NEW[0],
+                np.array([1, 2], ">i4").tobytes()) == []
+    got = send(sw, Header(Kind.JOIN, 1, 0, 1, 2, 2, 2, 4, 12), ADDRS[1],
+               np.array([3, -5], ">i4").tobytes())
+    assert [(h.kind, h.session, v, a) for h, v, a in got] == [
+        (Kind.JOINED, 1, [3, 2], NEW[0]), (Kind.JOINED, 1, [3, 2], ADDRS[1])]
+
+
 def test_joins_carrying_first_exponents_skip_phase_0():
     sw = Switch(2, 4, values=4)
     exps = [np.array([3, EMPTY, 9], ">i4"), np.array([5, -2, NONFINITE], ">i4")]

@@ -29,10 +29,10 @@ offset     u64    element offset of the block in the array (``JOIN``: the multic
 =========  =====  ==================================================================
 
 Sessions. A worker sends LEAVE once it holds all its results and does not wait for ``LEFT``. A
-JOIN of the job with a new call id from a worker of the current session is its next call: the
-switch counts it as that worker's LEAVE (the first may have been lost) and holds it until every
-worker has left the old session, so no result another worker still needs is freed. A JOIN that
-carries the exponents of the first block of every slot the switch grants, for the switch's
+JOIN of the job with a new call id from a worker of a session all have joined is its next call:
+the switch counts it as that worker's LEAVE (the first may have been lost) and holds it until
+every worker has left the old session, so no result another worker still needs is freed. A JOIN
+that carries the exponents of the first block of every slot the switch grants, for the switch's
 values per packet (a worker learns them from an earlier JOINED), lets the switch agree on them
 at the barrier: when every worker's JOIN did, JOINED carries the maxima and the stream starts
 at phase 1 (no exponent-only phase 0); otherwise JOINED has no payload and phase 0 runs.

@@ -15,10 +15,10 @@ each worker in turn. Phase ``j + 2`` reuses the copy only after every worker has
 ``j + 1``'s result, and so phase ``j``'s, so a retransmission of phase ``j`` whose result was
 lost still finds it in its copy and gets it back. A worker sends LEAVE once it holds all its
 results and does not wait for the answer; its next JOIN of the job (a new call id) counts as
-that LEAVE when the first was lost. When all
-have left, the slots return to the pool, and JOINs of the next session that came in meanwhile
-are taken up (they were held, not answered, while another worker still needed the old session's
-results). A job idle for ``lease`` seconds (a worker died) is freed too.
+that LEAVE when the first was lost. When all have left, the slots return to the pool, and JOINs
+of the next session that came in meanwhile are taken up (they were held, not answered, while
+another worker still needed the old session's results). A job idle for ``lease`` seconds (a
+worker died) is freed too.
 
 ``Switch.handle`` does all this in Python, one datagram at a time (the reference);
 ``Switch.handle_batch``, which :func:`commflow.ina.serve.run_switch` uses, aggregates a batch
@@ -103,10 +103,8 @@ class _Job:
     active: float = 0.0
     waiting: dict[int, tuple[Header, bytes, Address]] = field(default_factory=dict)
     """JOINs of the next session, held until every worker has left this one."""
-    exps: np.ndarray | None = None
-    """The maximum over the JOINs so far of each slot's first block exponent."""
-    told: int = 0
-    """Workers whose JOIN carried those exponents (for this switch's values per packet)."""
+    exps: dict[int, np.ndarray] = field(default_factory=dict)
+    """Per worker whose JOIN carried them: each slot's first block exponent."""
     first: bytes = b""
     """The ``JOINED`` payload: the agreed first exponents, or none (phase 0 runs)."""
 
@@ -207,7 +205,7 @@ class Switch:
     def _join(self, h: Header, payload: bytes, addr: Address, now: float
               ) -> list[tuple[bytes, Address]]:
         job = self._jobs.get(h.job)
-        if job is not None and job.joined >> h.worker & 1 and job.calls[h.worker] != h.phase:
+        if job is not None and job.joined == self._full and job.calls[h.worker] != h.phase:
             # the worker's next call: it has left this session (its LEAVE may have been lost)
             job.waiting[h.worker] = (h, payload, addr)  # taken up once the old one is freed
             job.active = now
@@ -247,24 +245,23 @@ class Switch:
                  job.addrs[w]) for w in to]
 
     def _first_exponents(self, job: _Job, h: Header, payload: bytes) -> None:
-        """Take the JOIN's first block exponents into the job's maxima when they are for this
-        switch's values per packet and cover every granted slot."""
+        """Keep the JOIN's first block exponents when they are for this switch's values per
+        packet and cover every granted slot (a JOIN of a new call replaces the last one's)."""
         grant = len(job.slots)
-        if not grant or h.exp != self.values or h.count < grant:
-            return
-        exps = np.frombuffer(payload, WIRE, grant).astype(np.int64)
-        job.exps = exps if job.exps is None else np.maximum(job.exps, exps)
-        job.told |= 1 << h.worker
+        job.exps.pop(h.worker, None)
+        if grant and h.exp == self.values and h.count >= grant:
+            job.exps[h.worker] = np.frombuffer(payload, WIRE, grant).astype(np.int64)
 
     def _agree(self, job: _Job) -> None:
         """Once all have joined: the job's multicast group, and when every JOIN carried the
         first exponents, the slots' phase 0 as done with their maxima (the JOINED payload)."""
         if len(set(job.groups)) == 1:
             job.group = group_address(job.groups[0])
-        if job.told != self._full or job.exps is None:
+        if len(job.exps) < self.nworkers:
             return
-        job.first = job.exps.astype(WIRE).tobytes()
-        for g, e in zip(job.slots, job.exps, strict=True):
+        maxima = np.max(list(job.exps.values()), axis=0)
+        job.first = maxima.astype(WIRE).tobytes()
+        for g, e in zip(job.slots, maxima, strict=True):
             self._phase[0][g], self._seen[0][g] = 0, np.uint64(self._full)
             self._nseen[0][g], self._exp[0][g] = self.nworkers, e
 

@@ -130,7 +130,13 @@ def test_inf_or_nan_on_one_rank_fails_every_rank_promptly_and_frees_the_slots(fo
     xs[1][745] = 0.5
     outs, _ = allreduce_threads(xs, sw.addr, slots=4)
     check(outs, xs, values=100)
-    assert sw.stop()["sessions"] == 2
+    xs[0][250] = bad  # a slot's first block: its exponent goes in the JOIN
+    errors.clear()
+    allreduce_threads(xs, sw.addr, slots=4, call=call, timeout=10)
+    assert sorted(e.split(": ", 1)[1] for e in errors) == [
+        "a rank's array holds inf or nan in block 2 (elements [200, 300)), which cannot be "
+        "quantized; the switch's sum of it is void"] * 2
+    assert sw.stop()["sessions"] == 3
 
 
 def test_out_takes_the_sum_in_place_or_preallocated(forked):

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from commflow.ina import Faults, InaTimeoutError, WorkerStats
+from commflow.ina._sockets import open_socket
 from commflow.ina.ring import udp_ring_allreduce
-from commflow.ina.switch import open_socket
 
 from .conftest import on_threads
 

@@ -16,7 +16,8 @@ from commflow.ina.protocol import (
     error_bound,
 )
 from commflow.ina.ring import udp_ring_allreduce
-from commflow.ina.switch import Switch, SwitchStats, run_switch
+from commflow.ina.serve import run_switch
+from commflow.ina.switch import Switch, SwitchStats
 from commflow.ina.worker import ina_allreduce
 
 __all__ = [

@@ -13,6 +13,8 @@ import numba
 import numpy as np
 
 HDR = 34
+VERSION = 2
+""":data:`commflow.ina.protocol.VERSION`, as the compiled loops check and write it."""
 EMPTY = -(2**15)
 _LO, _HI = -(2**31), 2**31 - 1
 
@@ -70,7 +72,7 @@ def switch_batch(buf, lens, first, npkts, nworkers, values, jobs, sessions, gran
         n = lens[i]
         if n < HDR or b[0] != 67 or b[1] != 70 or b[2] != 73 or b[3] != 78:
             return i
-        if b[4] != 1 or b[5] != 1 or b[6] > 1 or b[7] != 0:
+        if b[4] != VERSION or b[5] != 1 or b[6] > 1 or b[7] != 0:
             return i
         job, session, worker = _u16(b, 8), _u16(b, 10), _u16(b, 12)
         nw, slot, count = _u16(b, 14), _u16(b, 16), _u16(b, 18)

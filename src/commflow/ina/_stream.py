@@ -37,11 +37,20 @@ def _buffers(k: int, values: int) -> tuple[np.ndarray, Batch]:
     return got
 
 
+def first_exponents(flat: np.ndarray, values: int, count: int) -> np.ndarray:
+    """The exponents of ``flat``'s first ``count`` blocks of ``values`` (what a JOIN carries
+    so that the switch agrees on them before the stream: no phase 0)."""
+    bits, mbits, bias, mask = K.float_bits(flat)
+    return K.first_exponents(bits, values, count, mbits, bias, mask)
+
+
 def stream(link, flat: np.ndarray, out: np.ndarray, joined: Header, nranks: int,
-           timeout: float, rto: Rto) -> int | None:
+           timeout: float, rto: Rto, first: np.ndarray | None = None) -> int | None:
     """Aggregate the 1-D ``flat`` into ``out`` (same size) through the slots ``joined``
-    grants on ``link`` (a :class:`commflow.ina.worker._Link`); returns the first block whose
-    sum holds inf or nan (a rank's array had them), else ``None``."""
+    grants on ``link`` (a :class:`commflow.ina.worker._Link`); ``first``: the agreed exponent
+    of each slot's first block, when JOINED brought them (the stream starts at phase 1), else
+    phase 0 agrees on them. Returns the first block whose sum holds inf or nan (a rank's
+    array had them), else ``None``."""
     values = joined.count
     nblocks = -(-flat.size // values)
     k = min(joined.slot, nblocks)
@@ -51,6 +60,8 @@ def stream(link, flat: np.ndarray, out: np.ndarray, joined: Header, nranks: int,
     last = np.array([len(range(s, nblocks, k)) for s in range(k)], np.int64)
     phase = np.zeros(k, np.int64)
     agreed = np.full(k, K.EMPTY, np.int64)
+    if first is not None:
+        phase[:], agreed[:] = 1, first[:k]
     packets, batch = _buffers(k, values)
     views = [memoryview(p) for p in packets]
     sizes = np.zeros(k, np.int64)

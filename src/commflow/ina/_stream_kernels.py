@@ -16,7 +16,7 @@ import math
 import numba
 import numpy as np
 
-from commflow.ina._kernels import EMPTY, HDR, _copy, _put16, _swap, _u16, _u32
+from commflow.ina._kernels import EMPTY, HDR, VERSION, _copy, _put16, _swap, _u16, _u32
 
 NONFINITE = 2**15 - 1
 """The exponent of a block holding inf or nan."""
@@ -65,6 +65,16 @@ def block_exponent(bits, lo, hi, mbits, bias, mask):
 
 
 @numba.njit(cache=True, nogil=True)
+def first_exponents(bits, values, count, mbits, bias, mask):
+    """The exponents (:func:`block_exponent`) of the first ``count`` blocks of ``values``."""
+    exps = np.empty(count, np.int64)
+    for b in range(count):
+        exps[b] = block_exponent(bits, b * values, min((b + 1) * values, bits.size), mbits,
+                                 bias, mask)
+    return exps
+
+
+@numba.njit(cache=True, nogil=True)
 def fill(s, ident, phase, agreed, flat, bits, mbits, bias, mask, packets, sizes):
     """Build slot ``s``'s DATA packet of phase ``phase[s]`` in ``packets[s]`` (its length in
     ``sizes[s]``): the exponent of the slot's next block, and for phase ``j >= 1`` block
@@ -81,7 +91,7 @@ def fill(s, ident, phase, agreed, flat, bits, mbits, bias, mask, packets, sizes)
     count = min(values, flat.size - lo) if j else 0
     pkt = packets[s]
     pkt[0], pkt[1], pkt[2], pkt[3] = 67, 70, 73, 78  # b"CFIN"
-    pkt[4], pkt[5], pkt[6], pkt[7] = 1, 1, j & 1, 0  # version, DATA, flags, reason
+    pkt[4], pkt[5], pkt[6], pkt[7] = VERSION, 1, j & 1, 0  # version, DATA, flags, reason
     for o, field in ((8, ident[JOB]), (10, ident[SESSION]), (12, ident[WORKER]),
                      (14, ident[NRANKS]), (16, s), (18, count), (20, exp & 0xFFFF),
                      (22, j >> 16), (24, j & 0xFFFF), (26, lo >> 48), (28, (lo >> 32) & 0xFFFF),
@@ -113,7 +123,7 @@ def take_results(buf, lens, count, ident, phase, last, agreed, out, flat, bits, 
         b = buf[i]
         n = lens[i]
         code[i] = NONE
-        if n < HDR or b[0] != 67 or b[1] != 70 or b[2] != 73 or b[3] != 78 or b[4] != 1:
+        if n < HDR or b[0] != 67 or b[1] != 70 or b[2] != 73 or b[3] != 78 or b[4] != VERSION:
             counters[MALFORMED] += 1
             continue
         if b[5] != 2:

@@ -15,14 +15,27 @@ worker     u16    sender's rank (``RESULT``/``JOINED``/``LEFT``: the addressee; 
                   sent once to the job's multicast group: :data:`GROUP`)
 nworkers   u16    ranks in the job
 slot       u16    job-local slot index (``JOIN``: slots wanted; ``JOINED``: slots granted)
-count      u16    int32 values in the payload (``JOINED``: values per packet; ``NOSLOT``: the
-                  workers' addresses that follow, 4-byte IPv4 and port each)
+count      u16    int32 values in the payload (``JOIN``: the exponents of the array's first
+                  blocks; ``JOINED``: values per packet, the payload one exponent per granted
+                  slot or none; ``NOSLOT``: the workers' addresses that follow, 4-byte IPv4
+                  and port each)
 exp        i16    ``DATA``: the sender's exponent of the *next* block on this slot;
-                  ``RESULT``: the maximum over the workers (:data:`EMPTY` for all-zero)
-phase      u32    use number of the slot (0: exponent bootstrap, j >= 1: its j-th block)
+                  ``RESULT``: the maximum over the workers (:data:`EMPTY` for all-zero);
+                  ``JOIN``: the values per packet its exponents are for (0: none sent)
+phase      u32    use number of the slot (0: exponent bootstrap, j >= 1: its j-th block;
+                  ``JOIN``: the worker's call id, random per call, the same when repeated)
 offset     u64    element offset of the block in the array (``JOIN``: the multicast group
                   the worker takes results on, :func:`group_field`; 0: none)
 =========  =====  ==================================================================
+
+Sessions. A worker sends LEAVE once it holds all its results and does not wait for ``LEFT``. A
+JOIN of the job with a new call id from a worker of a session all have joined is its next call:
+the switch counts it as that worker's LEAVE (the first may have been lost) and holds it until
+every worker has left the old session, so no result another worker still needs is freed. A JOIN
+that carries the exponents of the first block of every slot the switch grants, for the switch's
+values per packet (a worker learns them from an earlier JOINED), lets the switch agree on them
+at the barrier: when every worker's JOIN did, JOINED carries the maxima and the stream starts
+at phase 1 (no exponent-only phase 0); otherwise JOINED has no payload and phase 0 runs.
 
 Quantization (power-of-two scale per block of ``values`` elements). Every worker's exponent of a
 block is ``e = frexp(max |x|)[1]`` (so ``max |x| < 2**e``); the switch returns the maximum ``E``
@@ -47,7 +60,8 @@ import numpy as np
 from commflow.errors import CommflowError
 
 MAGIC = b"CFIN"
-VERSION = 1
+VERSION = 2
+"""2: JOIN carries a call id and the first block exponents, JOINED their maxima."""
 HEADER = struct.Struct("!4sBBBBHHHHHHhIQ")
 WIRE = np.dtype(">i4")
 PEER = struct.Struct("!4sH")
@@ -162,8 +176,12 @@ def unpack(data: bytes) -> tuple[Header, memoryview]:
         raise InaProtocolError(f"unknown kind {kind} or reason {reason}")
     kind = _KINDS[kind]
     payload = memoryview(data)[HEADER.size:]
-    size = {Kind.DATA: 4, Kind.RESULT: 4, Kind.NOSLOT: PEER.size}.get(kind, 0)
-    if len(payload) != size * count:
+    size = {Kind.DATA: 4, Kind.RESULT: 4, Kind.JOIN: 4, Kind.NOSLOT: PEER.size}.get(kind, 0)
+    if kind is Kind.JOINED:
+        if len(payload) not in (0, 4 * slot):
+            raise InaProtocolError(f"JOINED datagram: {slot} slots granted but "
+                                   f"{len(payload)} payload bytes follow")
+    elif len(payload) != size * count:
         raise InaProtocolError(f"{kind.name} datagram: header says {count} values but "
                                f"{len(payload)} payload bytes follow")
     if flags > 1:

@@ -2,22 +2,27 @@
 
 The switch holds ``slots`` rows of ``values`` integers, each in two shadow copies (versions 0
 and 1). A job's workers JOIN (a barrier): the first JOIN grants the job up to the slots it asks
-for from the free pool, or none when the pool is empty (``NOSLOT``, with every worker's address,
-so that they sum among themselves: ATP's fallback to end-host aggregation); the answer goes to
-every worker once all have joined. In the data phase a worker keeps each of its slots busy with
-one block at a time: phase ``j`` of a slot uses copy ``j mod 2``. The switch adds the payload
-into the copy and sets the worker's bit; a second copy of the same packet (a retransmission or
-duplicate) is not added again. When all ``n`` bits are set it sends the sum to every worker:
-once, to the job's multicast group, when every worker's JOIN named the same group (the network
-copies it to each worker, as SwitchML's switch multicasts), else to each worker in turn.
-Phase ``j + 2`` reuses the copy only after every worker has received phase ``j + 1``'s
-result, and so phase ``j``'s, so a retransmission of phase ``j`` whose result was lost still
-finds it in its copy and gets it back. LEAVE is the closing barrier: when all have left, the
-slots return to the pool. A job idle for ``lease`` seconds (a worker died) is freed too.
+for from the free pool, or none when the pool is empty (``NOSLOT``, with every worker's
+address, so that they sum among themselves: ATP's fallback to end-host aggregation); the answer
+goes to every worker once all have joined, with the maxima of the slots' first block exponents
+when every JOIN carried them (phase 0 is then skipped). In the data phase a worker keeps each
+of its slots busy with one block at a time: phase ``j`` of a slot uses copy ``j mod 2``. The
+switch adds the payload into the copy and sets the worker's bit; a second copy of the same
+packet (a retransmission or duplicate) is not added again. When all ``n`` bits are set it sends
+the sum to every worker: once, to the job's multicast group, when every worker's JOIN named the
+same group (the network copies it to each worker, as SwitchML's switch multicasts), else to
+each worker in turn. Phase ``j + 2`` reuses the copy only after every worker has received phase
+``j + 1``'s result, and so phase ``j``'s, so a retransmission of phase ``j`` whose result was
+lost still finds it in its copy and gets it back. A worker sends LEAVE once it holds all its
+results and does not wait for the answer; its next JOIN of the job (a new call id) counts as
+that LEAVE when the first was lost. When all have left, the slots return to the pool, and JOINs
+of the next session that came in meanwhile are taken up (they were held, not answered, while
+another worker still needed the old session's results). A job idle for ``lease`` seconds (a
+worker died) is freed too.
 
 ``Switch.handle`` does all this in Python, one datagram at a time (the reference);
-``Switch.handle_batch``, which :func:`run_switch` uses, aggregates a batch of DATA datagrams
-per compiled call (:mod:`commflow.ina._kernels`) on the same state.
+``Switch.handle_batch``, which :func:`commflow.ina.serve.run_switch` uses, aggregates a batch
+of DATA datagrams per compiled call (:mod:`commflow.ina._kernels`) on the same state.
 
 Datagrams that fail validation are counted and ignored; ones that parse but break the protocol
 (wrong worker count, slot, phase) are answered with ``REJECT`` and a :class:`Reason`.
@@ -25,18 +30,14 @@ Datagrams that fail validation are counted and ignored; ones that parse but brea
 
 from __future__ import annotations
 
-import select
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from commflow.ina import _kernels
 from commflow.ina._batch import Batch
-from commflow.ina._sockets import open_socket
-from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
     EMPTY,
     GROUP,
@@ -95,16 +96,23 @@ class _Job:
     slots: list[int]
     addrs: list[Address | None]
     groups: list[int]
+    calls: list[int]
     group: Address | None = None
     joined: int = 0
     left: int = 0
     active: float = 0.0
+    waiting: dict[int, tuple[Header, bytes, Address]] = field(default_factory=dict)
+    """JOINs of the next session, held until every worker has left this one."""
+    exps: dict[int, np.ndarray] = field(default_factory=dict)
+    """Per worker whose JOIN carried them: each slot's first block exponent."""
+    first: bytes = b""
+    """The ``JOINED`` payload: the agreed first exponents, or none (phase 0 runs)."""
 
 
 @dataclass
 class Switch:
     """Aggregation state and packet handling, without a socket (``handle`` returns what to
-    send); :func:`run_switch` puts it on UDP."""
+    send); :func:`commflow.ina.serve.run_switch` puts it on UDP."""
 
     nworkers: int
     """Workers per job (every job has this many)."""
@@ -164,9 +172,9 @@ class Switch:
         if reason is not Reason.NONE:
             return self._reject(h, reason, addr)
         if h.kind is Kind.JOIN:
-            return self._join(h, addr, now)
+            return self._join(h, bytes(payload), addr, now)
         if h.kind is Kind.LEAVE:
-            return self._leave(h, addr)
+            return self._leave(h, addr, now)
         return self._data(h, payload, addr, now)
 
     def expire(self, now: float | None = None) -> list[int]:
@@ -194,13 +202,19 @@ class Switch:
                        h.phase, h.offset, h.flags, reason)
         return [(pack(reply), addr)]
 
-    def _join(self, h: Header, addr: Address, now: float) -> list[tuple[bytes, Address]]:
+    def _join(self, h: Header, payload: bytes, addr: Address, now: float
+              ) -> list[tuple[bytes, Address]]:
         job = self._jobs.get(h.job)
+        if job is not None and job.joined == self._full and job.calls[h.worker] != h.phase:
+            # the worker's next call: it has left this session (its LEAVE may have been lost)
+            job.waiting[h.worker] = (h, payload, addr)  # taken up once the old one is freed
+            job.active = now
+            return self._leave(h._replace(session=job.session), addr, now)
         if job is None:
             grant = min(max(1, h.slot), len(self._free))
             self._session = self._session % 65535 + 1
             job = _Job(self._session, [self._free.pop() for _ in range(grant)],
-                       [None] * self.nworkers, [0] * self.nworkers)
+                       [None] * self.nworkers, [0] * self.nworkers, [0] * self.nworkers)
             for g in job.slots:
                 self._phase[0][g], self._phase[1][g] = -2, -1
                 self._nseen[0][g] = self._nseen[1][g] = 0
@@ -211,21 +225,47 @@ class Switch:
         job.active = now
         job.addrs[h.worker] = addr
         job.groups[h.worker] = h.offset
+        job.calls[h.worker] = h.phase
         was = job.joined
         job.joined |= 1 << h.worker
+        if was != self._full:
+            self._first_exponents(job, h, payload)
         if job.joined != self._full:
             return []
-        if was != self._full and len(set(job.groups)) == 1:
-            job.group = group_address(job.groups[0])
+        if was != self._full:
+            self._agree(job)
         to = range(self.nworkers) if was != self._full else [h.worker]
         if not job.slots:
             peers = pack_peers(job.addrs)
             return [(pack(Header(Kind.NOSLOT, h.job, job.session, w, self.nworkers, 0,
-                                 self.nworkers), peers), job.addrs[w]) for w in to]
+                                 self.nworkers), peers), job.addrs[w])
+                    for w in to]
         return [(pack(Header(Kind.JOINED, h.job, job.session, w, self.nworkers,
-                             len(job.slots), self.values)), job.addrs[w]) for w in to]
+                             len(job.slots), self.values), job.first),
+                 job.addrs[w]) for w in to]
 
-    def _leave(self, h: Header, addr: Address) -> list[tuple[bytes, Address]]:
+    def _first_exponents(self, job: _Job, h: Header, payload: bytes) -> None:
+        """Keep the JOIN's first block exponents when they are for this switch's values per
+        packet and cover every granted slot (a JOIN of a new call replaces the last one's)."""
+        grant = len(job.slots)
+        job.exps.pop(h.worker, None)
+        if grant and h.exp == self.values and h.count >= grant:
+            job.exps[h.worker] = np.frombuffer(payload, WIRE, grant).astype(np.int64)
+
+    def _agree(self, job: _Job) -> None:
+        """Once all have joined: the job's multicast group, and when every JOIN carried the
+        first exponents, the slots' phase 0 as done with their maxima (the JOINED payload)."""
+        if len(set(job.groups)) == 1:
+            job.group = group_address(job.groups[0])
+        if len(job.exps) < self.nworkers:
+            return
+        maxima = np.max(list(job.exps.values()), axis=0)
+        job.first = maxima.astype(WIRE).tobytes()
+        for g, e in zip(job.slots, maxima, strict=True):
+            self._phase[0][g], self._seen[0][g] = 0, np.uint64(self._full)
+            self._nseen[0][g], self._exp[0][g] = self.nworkers, e
+
+    def _leave(self, h: Header, addr: Address, now: float) -> list[tuple[bytes, Address]]:
         job = self._jobs.get(h.job)
         if job is None or job.session != h.session:
             return [(pack(Header(Kind.LEFT, h.job, h.session, h.worker, self.nworkers)), addr)]
@@ -236,8 +276,11 @@ class Switch:
         del self._jobs[h.job]
         self._table = None
         self._free.extend(job.slots)
-        return [(pack(Header(Kind.LEFT, h.job, h.session, w, self.nworkers)), job.addrs[w])
-                for w in range(self.nworkers)]
+        out = [(pack(Header(Kind.LEFT, h.job, h.session, w, self.nworkers)), job.addrs[w])
+               for w in range(self.nworkers)]
+        for joins, payload, at in job.waiting.values():
+            out += self._join(joins, payload, at, now)
+        return out
 
     def _data(self, h: Header, payload: memoryview, addr: Address, now: float
               ) -> list[tuple[bytes, Address]]:
@@ -362,41 +405,3 @@ class Switch:
                            np.array([len(job.slots) for _, job in held], np.int64),
                            [j for j, _ in held])
         return self._table
-
-
-def run_switch(host: str = "127.0.0.1", port: int = 0, nranks: int = 2, slots: int = 64, *,
-               values: int = 256, faults: Faults | None = None, lease: float = 30.0,
-               stop: threading.Event | None = None,
-               ready: Callable[[Address], None] | None = None) -> SwitchStats:
-    """Serve a :class:`Switch` on UDP ``host:port`` (loopback by default; port 0: any free
-    one) until ``stop`` is set; ``ready`` is called with the bound address first. Reads the
-    datagrams waiting in batches and aggregates each batch with the compiled kernel
-    (:meth:`Switch.handle_batch`). Every send goes through ``faults``. Returns the switch's
-    statistics."""
-    switch = Switch(nranks, slots, values=values, lease=lease)
-    faults = faults or Faults()
-    stop = stop or threading.Event()
-    sock = open_socket(host, port, 32 << 20)
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    batch = Batch()
-    try:
-        if ready is not None:
-            ready(sock.getsockname())
-        checked = time.monotonic()
-        while not stop.is_set():
-            count = batch.receive(sock)
-            now = time.monotonic()
-            if not count:
-                poller.poll(200)
-            for out, dst in switch.handle_batch(batch, count, now):
-                try:
-                    faults.sendto(sock, out, dst)
-                except OSError:
-                    switch.stats.last_error = f"send to {dst[0]}:{dst[1]} failed"
-            if now - checked > 1.0:
-                switch.expire(now)
-                checked = now
-    finally:
-        sock.close()
-    return switch.stats

@@ -1,11 +1,18 @@
 """The worker side of live in-network aggregation: :func:`ina_allreduce`.
 
 One call is a session: JOIN (a barrier at the switch, which grants slots or answers NOSLOT),
-the data stream, LEAVE (a barrier: the slots return to the pool once every worker has all its
-results). The stream is self-clocked: each granted slot carries one packet at a time; the
-result of phase ``j`` of slot ``s`` brings the agreed exponent of the slot's next block and
-releases phase ``j + 1`` (block ``s + j*k`` of ``k`` slots). Phase 0 carries no values, only
-the exponents of the first ``k`` blocks (SwitchML sends a block's exponent one block ahead).
+the data stream, LEAVE. The call returns as soon as this worker holds all its results: it sends
+LEAVE once and does not wait for the switch's LEFT (the slots return to the pool once every
+worker has left). Each call's JOIN carries a random call id; the switch takes a JOIN of the
+job with a new id from a worker of the current session as that worker's LEAVE, so a lost LEAVE
+is made good by the next call (else by the switch's lease).
+
+The stream is self-clocked: each granted slot carries one packet at a time; the result of
+phase ``j`` of slot ``s`` brings the agreed exponent of the slot's next block and releases
+phase ``j + 1`` (block ``s + j*k`` of ``k`` slots). SwitchML sends a block's exponent one
+block ahead: the JOIN carries those of the first blocks when the worker knows the switch's
+values per packet (from an earlier JOINED), and JOINED brings their maxima; else phase 0, with
+no values, agrees on them first.
 
 Loss recovery: a packet not answered within the retransmission timeout is sent again. The
 timeout adapts as TCP's does (Jacobson/Karels, RFC 6298): ``srtt + 4 rttvar`` from samples of
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 import select
 import socket
 import time
@@ -29,10 +37,12 @@ import numpy as np
 from commflow.ina._batch import Batch
 from commflow.ina._common import Rto, WorkerStats
 from commflow.ina._sockets import check_group, open_group, open_socket
-from commflow.ina._stream import stream
+from commflow.ina._stream import first_exponents, stream
 from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
+    MAX_VALUES,
     REASONS,
+    WIRE,
     Header,
     InaError,
     InaNoSlotsError,
@@ -47,6 +57,8 @@ from commflow.ina.protocol import (
 from commflow.ina.ring import udp_ring_allreduce
 
 Address = tuple[str, int]
+_values: dict[Address, int] = {}
+"""Per switch: its values per packet, from the last JOINED (what JOIN's exponents assume)."""
 
 
 class _Link:
@@ -136,18 +148,19 @@ class _Link:
                                 f"refused {what}: {REASONS[h.reason]}")
 
 
-def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: float,
-             what: str) -> tuple[Header, bytes]:
-    """Send ``request`` until the switch answers with one of ``replies`` (same job/worker)."""
+def _join(link: _Link, request: Header, deadline: float, exps: bytes
+          ) -> tuple[Header, bytes]:
+    """Send the JOIN ``request`` (with its first block exponents ``exps``) until the switch
+    answers JOINED or NOSLOT (same job/worker)."""
     interval, resend = 0.02, 0.0
     while True:
         now = time.monotonic()
         if now >= deadline:
-            raise InaTimeoutError(f"{link.who}: no {what} from the switch at {link.switch[0]}:"
+            raise InaTimeoutError(f"{link.who}: no JOINED from the switch at {link.switch[0]}:"
                                   f"{link.switch[1]}; is it running with -n "
                                   f"{request.nworkers}, and have all ranks called it?")
         if now >= resend:
-            link.send(pack(request))
+            link.send(pack(request, exps))
             resend, interval = now + interval, min(0.5, 2 * interval)
         got = link.recv(min(resend, deadline) - now)
         if got is None:
@@ -159,7 +172,7 @@ def _barrier(link: _Link, request: Header, replies: tuple[Kind, ...], deadline: 
             link.stats.malformed += 1
         elif h.kind is Kind.REJECT and h.session == request.session:
             raise link.refused(h, request.kind.name)
-        elif h.kind in replies and (request.session == 0 or h.session == request.session):
+        elif h.kind in (Kind.JOINED, Kind.NOSLOT):
             return h, bytes(got[1])
 
 
@@ -214,14 +227,19 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
     link = _Link(switch, faults, stats, who, group)
     rto = Rto(0.05, min_rto, max_rto)
     try:
-        start = time.monotonic()
-        joined, payload = _barrier(
-            link, Header(Kind.JOIN, job, 0, rank, nranks, slots, offset=group_field(group)),
-            (Kind.JOINED, Kind.NOSLOT), start + timeout, "JOINED")
+        values = _values.get(link.switch, 0)
+        count = min(slots, -(-flat.size // values), MAX_VALUES) if values else 0
+        exps = first_exponents(flat, values, count) if count else np.zeros(0, np.int64)
+        joined, payload = _join(
+            link, Header(Kind.JOIN, job, 0, rank, nranks, slots, count, values,
+                         int.from_bytes(os.urandom(4), "big"), group_field(group)),
+            time.monotonic() + timeout, exps.astype(WIRE).tobytes())
         stats.slots = joined.slot if joined.kind is Kind.JOINED else 0
         nonfinite = None
         if joined.kind is Kind.JOINED:
-            nonfinite = stream(link, flat, target, joined, nranks, timeout, rto)
+            _values[link.switch] = joined.count
+            first = np.frombuffer(payload, WIRE).astype(np.int64) if payload else None
+            nonfinite = stream(link, flat, target, joined, nranks, timeout, rto, first)
         elif fallback and comm is not None:
             stats.fell_back = True
             target[:] = comm.allreduce(flat.astype(np.float64), algo="ring")
@@ -231,8 +249,7 @@ def ina_allreduce(array: np.ndarray, *, switch: Address, rank: int, nranks: int,
             target[:] = udp_ring_allreduce(flat.astype(np.float64), link.sock, peers,
                                            rank=rank, call=joined.session, timeout=timeout,
                                            faults=faults, stats=stats)
-        leave = Header(Kind.LEAVE, job, joined.session, rank, nranks)
-        _barrier(link, leave, (Kind.LEFT,), time.monotonic() + timeout, "LEFT")
+        link.send(pack(Header(Kind.LEAVE, job, joined.session, rank, nranks)))
     finally:
         link.close()
         stats.rto = rto.value

@@ -90,19 +90,19 @@ def _count(collective: Collective, size: int, nranks: int) -> int:
 
 
 def _call(comm, collective: Collective, x: np.ndarray, algo: str,
-          buf: np.ndarray | None) -> None:
-    """One call out of place, on ``x``, or in place, on ``buf`` (``None``: out of place):
-    allgather's input is this rank's block of ``buf``, reduce-scatter's output is."""
+          buf: np.ndarray | None, out: np.ndarray) -> None:
+    """One call out of place, on ``x`` into ``out``, or in place, on ``buf`` (``None``: out of
+    place): allgather's input is this rank's block of ``buf``, reduce-scatter's output is."""
     if collective is Collective.ALLREDUCE:
-        out = buf
-        comm.allreduce(x if buf is None else buf, algo=algo, out=out)
+        comm.allreduce(x if buf is None else buf, algo=algo, out=out if buf is None else buf)
     elif collective is Collective.ALLGATHER:
         block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
-        comm.allgather(x if buf is None else buf[block], algo=algo, out=buf)
+        comm.allgather(x if buf is None else buf[block], algo=algo,
+                       out=out if buf is None else buf)
     elif collective is Collective.REDUCESCATTER:
         m = len(x) // comm.size
-        out = None if buf is None else buf[comm.rank * m:(comm.rank + 1) * m]
-        comm.reduce_scatter(x if buf is None else buf, algo=algo, out=out)
+        comm.reduce_scatter(x if buf is None else buf, algo=algo,
+                            out=out if buf is None else buf[comm.rank * m:(comm.rank + 1) * m])
     else:
         raise CommflowError(f"online tuning covers allreduce, allgather and reducescatter, not "
                             f"{collective.value}")
@@ -112,9 +112,13 @@ def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
           iters: int, placements: Sequence[bool] = (False, True)) -> dict[str, float]:
     """Median over ``iters`` samples of the slowest rank's seconds, per name; a sample is
     one call in each of ``placements`` (``True``: in place; a program run in place copies
-    its input first). The names take turns sample by sample, so a change in the machine's
-    load reaches all of them alike."""
+    its input first; out of place into one preallocated output, as ``commflow bench`` and
+    DDP's buckets call, not a fresh array whose pages each call would fault in). The names
+    take turns sample by sample, so a change in the machine's load reaches all of them
+    alike."""
     buf = np.empty(len(x) * (comm.size if collective is Collective.ALLGATHER else 1), x.dtype)
+    out = np.empty(len(x) // comm.size if collective is Collective.REDUCESCATTER else len(buf),
+                   x.dtype)
     block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
     mine = buf[block] if collective is Collective.ALLGATHER else buf
     times = np.zeros((len(names), iters))
@@ -124,7 +128,7 @@ def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
                 mine[...] = x
                 comm.barrier()
                 start = time.perf_counter()
-                _call(comm, collective, x, name, buf if placed else None)
+                _call(comm, collective, x, name, buf if placed else None, out)
                 times[j, i] += time.perf_counter() - start
     slowest = comm.allreduce(times, op="max")
     return {name: float(np.median(row)) for name, row in zip(names, slowest, strict=True)}

@@ -109,3 +109,33 @@ def test_out_of_place_samples_reuse_one_preallocated_output(collective):
     assert len({out for _, _, out in outside}) == 1 and outside[0][2] is not None
     assert all(src == x.ctypes.data for _, src, _ in outside)
     assert len({(src, out) for _, src, out in inside}) == 1 and inside[0][1] != x.ctypes.data
+
+
+def _thp_eligible(a: np.ndarray) -> int:
+    """The kernel's ``THPeligible`` flag of the mapping that holds ``a``'s middle byte (numpy
+    advises huge pages from the first 2 MiB boundary on, a mapping of its own)."""
+    address = a.ctypes.data + a.nbytes // 2
+    with open("/proc/self/smaps") as smaps:
+        inside = False
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "THPeligible:":
+                return int(line.split()[1])
+    raise AssertionError("no mapping holds the array")
+
+
+def test_the_tuner_times_on_small_pages_where_numpy_would_take_huge_ones():
+    """A single-copy call pins every page it touches, so the tuner's buffers must have the
+    4 KiB pages of a torch tensor, not the huge pages numpy asks for large arrays."""
+    from commflow.tune.online import small_pages
+
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        assert "[never]" not in f.read(), "this test needs transparent huge pages"
+    big = np.ones(4 << 20, np.float32)  # 16 MiB: numpy advises huge pages
+    mine = small_pages(4 << 20, np.float32)
+    mine[...] = 1.0
+    assert _thp_eligible(big) == 1 and _thp_eligible(mine) == 0
+    assert mine.flags.writeable and mine.flags.c_contiguous and mine.sum() == 4 << 20

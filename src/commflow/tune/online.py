@@ -23,6 +23,7 @@ twice the calls.
 from __future__ import annotations
 
 import math
+import mmap
 import time
 from collections.abc import Callable, Sequence
 
@@ -108,17 +109,34 @@ def _call(comm, collective: Collective, x: np.ndarray, algo: str,
                             f"{collective.value}")
 
 
+def small_pages(count: int, dtype: np.dtype | type) -> np.ndarray:
+    """``count`` zeroed elements of ``dtype`` in anonymous memory advised against transparent
+    huge pages (``MADV_NOHUGEPAGE``), as a torch tensor's memory is where the kernel gives
+    huge pages on request only (``transparent_hugepage/enabled`` = ``madvise``): a
+    single-copy (``copy=cma``) call pins every page it reads or writes, so on 4 KiB pages it
+    costs more than on the 2 MiB pages numpy gives large arrays where the kernel allows them
+    (2 ranks, 16 MiB in place: 2.7-2.9 ms against 1.3-1.7 ms), and the tuner must time
+    candidates on the pages users' buffers have."""
+    nbytes = max(1, count * np.dtype(dtype).itemsize)
+    memory = mmap.mmap(-1, nbytes)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        memory.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(memory, dtype, count)
+
+
 def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
           iters: int, placements: Sequence[bool] = (False, True)) -> dict[str, float]:
     """Median over ``iters`` samples of the slowest rank's seconds, per name; a sample is
     one call in each of ``placements`` (``True``: in place; a program run in place copies
     its input first; out of place into one preallocated output, as ``commflow bench`` and
-    DDP's buckets call, not a fresh array whose pages each call would fault in). The names
+    DDP's buckets call, not a fresh array whose pages each call would fault in; every buffer
+    on the small pages users' buffers have, :func:`small_pages`). The names
     take turns sample by sample, so a change in the machine's load reaches all of them
     alike."""
-    buf = np.empty(len(x) * (comm.size if collective is Collective.ALLGATHER else 1), x.dtype)
-    out = np.empty(len(x) // comm.size if collective is Collective.REDUCESCATTER else len(buf),
-                   x.dtype)
+    buf = small_pages(len(x) * (comm.size if collective is Collective.ALLGATHER else 1),
+                      x.dtype)
+    out = small_pages(len(x) // comm.size if collective is Collective.REDUCESCATTER
+                      else len(buf), x.dtype)
     block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
     mine = buf[block] if collective is Collective.ALLGATHER else buf
     times = np.zeros((len(names), iters))
@@ -167,7 +185,8 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     in both rounds (the time returned is the re-check's). ``measure`` times the calls
     (:data:`Measure`; tests pass their own)."""
     count = _count(collective, size, comm.size)
-    x = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
+    x = small_pages(count, np.float32)
+    x[...] = np.random.default_rng(comm.rank).standard_normal(count)
     alive = list(names)
     timed = measure(comm, collective, x, alive, 1, placements)  # warm-up
     left = comm.allreduce(np.array([deadline - time.monotonic()]), op="min")[0]

@@ -25,6 +25,7 @@ def test_help_documents_the_defaults(capsys):
         "--json-out",
         "--plot",
         "--iters",
+        "--small-iters",
         "confidence interval of the median",
     ):
         assert text in out
@@ -54,8 +55,8 @@ def test_tiny_run_prints_the_table_notes_bound_and_json(capsys, tmp_path):
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == (
-        "# commflow bench: allreduce on 2 ranks, float32 avg; 1 warm-up + 6 "
-        "timed iterations per size and placement"
+        "# commflow bench: allreduce on 2 ranks, float32 avg; 1 warm-up + 60 "
+        "timed iterations per size and placement"  # 10 x --iters: every size is small
     )
     header = next(line for line in lines if "size(B)" in line).split()
     assert header == [
@@ -95,8 +96,8 @@ def test_json_flag_prints_the_records_instead_of_the_tables(capsys):
     assert code == 0
     records = json.loads(out)
     assert [(r["impl"], r["size"], r["inplace"], r["runs"]) for r in records] == [
-        ("commflow", 64, False, 3),
-        ("commflow", 64, True, 3),
+        ("commflow", 64, False, 30),  # 10 x --iters up to 64 KiB
+        ("commflow", 64, True, 30),
     ]
     assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in records)
 

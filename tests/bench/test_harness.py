@@ -22,6 +22,7 @@ SPEC = RunSpec(
     root=0,
     warmup=1,
     iters=6,
+    small_iters=6,
     timeout=60.0,
 )
 
@@ -119,7 +120,8 @@ def test_plot_of_nothing_is_an_error(tmp_path):
 
 
 def test_wrong_check_catches_a_spoiled_result():
-    right = run_impl(replace(SPEC, iters=2, blocks=(2, 37)), 2)
+    right = run_impl(replace(SPEC, iters=2, small_iters=2, blocks=(2, 37)), 2)
     assert [m.wrong for m in right] == [0, 0, 0, 0]
-    spoiled = run_impl(replace(SPEC, iters=2, blocks=(2, 37), corrupt_rank=1), 2)
+    spoiled = run_impl(replace(SPEC, iters=2, small_iters=2, blocks=(2, 37),
+                                corrupt_rank=1), 2)
     assert [m.wrong for m in spoiled] == [1, 1, 1, 1]

@@ -1,5 +1,5 @@
-"""A tiny real benchmark (2 ranks, 2 sizes, 6 iterations): commflow, gloo and Open MPI
-records, their JSON keys and values."""
+"""A tiny real benchmark (2 ranks, 2 sizes up to 64 KiB, 6 iterations and so by default 60 per
+small size): commflow, gloo and Open MPI records, their JSON keys and values."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def test_records_of_a_tiny_run_with_peers():
             "float32",
             "sum",
         )
-        assert r["runs"] == 6 and r["wrong"] == 0
-        low, high = r["ci95_us"]  # 6 runs: the interval is [min, max]
+        assert r["runs"] == 60 and r["wrong"] == 0  # 10 x iters up to 64 KiB
+        low, high = r["ci95_us"]
         assert 0 < low <= r["time_us"] <= high
         assert r["algbw"] == pytest.approx(r["size"] / (r["time_us"] * 1e-6) / 1e9)
         assert r["busbw"] == pytest.approx(r["algbw"])  # 2(n-1)/n = 1
@@ -71,6 +71,8 @@ def test_records_of_a_tiny_run_with_peers():
         ({"op": "avg", "dtype": "int32"}, "floating-point"),
         ({"root": 2}, "outside ranks"),
         ({"iters": 0}, "--iters >= 1"),
+        ({"small_iters": 0}, "--small-iters >= 1"),
+        ({"small_iters": -3}, r"--small-iters >= 1 \(timed iterations per size up to 64 KiB"),
         ({"dtype": "complex64"}, "unsupported dtype"),
         ({"collective": "allsum"}, "unknown collective"),
     ],

@@ -55,7 +55,8 @@ def test_bad_spec_is_refused():
 def test_small_allreduce_sweep_on_4_ranks_against_mpi(capsys, tmp_path):
     path = tmp_path / "ar.json"
     code, out, _ = run_bench(capsys, "-n", "4", "--vs", "mpi", "-b", "8", "-e", "64K",
-                             "--iters", "6", "-w", "1", "--json-out", str(path))
+                             "--iters", "6", "--small-iters", "6", "-w", "1",
+                             "--json-out", str(path))
     assert code == 0, out
     records = json.loads(path.read_text())
     sizes = [8 << i for i in range(14)]

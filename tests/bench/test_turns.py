@@ -33,14 +33,15 @@ def _case(block: int, inplace: bool):
                            prepare=lambda: None, wrong=lambda: 0)
 
 
-def _rounds(seed: int, block: int = 4, inplace: bool = False) -> list[tuple[str, ...]]:
+def _rounds(seed: int, block: int = 4, inplace: bool = False,
+            count: int = 20) -> list[tuple[str, ...]]:
     spec = RunSpec(impl="commflow", collective="allgather", algos=NAMES, blocks=(block,),
-                   dtype="float32", op="sum", root=0, warmup=0, iters=20, timeout=1.0,
-                   seed=seed)
+                   dtype="float32", op="sum", root=0, warmup=0, iters=20, small_iters=200,
+                   timeout=1.0, seed=seed)
     ranks = _Ranks()
-    results = _measure(ranks, spec, [(n, n) for n in NAMES], _case(block, inplace))
+    results = _measure(ranks, spec, [(n, n) for n in NAMES], _case(block, inplace), count)
     assert [r["algo"] for r in results] == list(NAMES)
-    assert all(len(r["times"]) == 20 for r in results)
+    assert all(len(r["times"]) == count for r in results)
     log = ranks.log
     return [tuple(log[i:i + len(NAMES)]) for i in range(0, len(log), len(NAMES))]
 
@@ -59,3 +60,10 @@ def test_orders_differ_between_runs_sizes_and_placements():
     assert _rounds(seed=8) != first
     assert _rounds(seed=7, block=16) != first
     assert _rounds(seed=7, inplace=True) != first
+
+
+def test_any_number_of_rounds_takes_the_same_turns_as_a_longer_run_begins_with():
+    # --small-iters runs more rounds at small sizes: the same pairs, reversed, continued
+    long = _rounds(seed=7, count=200)
+    assert len(long) == 200 and all(long[i + 1] == long[i][::-1] for i in range(0, 200, 2))
+    assert _rounds(seed=7, count=7) == long[:7] and _rounds(seed=7) == long[:20]

@@ -10,7 +10,8 @@
         print(m.record())
 
 Every iteration starts with a barrier and its time is the slowest rank's; a size reports the
-median over the timed iterations with a nonparametric 95% confidence interval
+median over its timed iterations (``BenchConfig.small_iters``, by default ten times ``iters``,
+up to :data:`SMALL_BYTES`; ``iters`` above) with a nonparametric 95% confidence interval
 (:mod:`~commflow.bench.stats`), and every rank checks its last result element by element
 (:mod:`~commflow.bench.cases`). Units: bytes, seconds, bytes/second; :meth:`Measurement.record`
 gives the JSON form (microseconds, GB/s).
@@ -21,9 +22,10 @@ from commflow.bench.harness import Measurement, run_impl
 from commflow.bench.impl import IMPLS, PEER_ALGO
 from commflow.bench.memory import copy_bandwidth, staged_busbw_bound
 from commflow.bench.plot import plot_busbw
-from commflow.bench.spec import RunSpec
+from commflow.bench.spec import SMALL_BYTES, RunSpec, timed_rounds
 from commflow.bench.stats import Summary, median, median_ci_ranks, summarize
 from commflow.bench.suite import (
+    SMALL_ITERS_FACTOR,
     BenchConfig,
     BenchReport,
     commflow_algorithms,
@@ -34,6 +36,8 @@ from commflow.bench.suite import (
 __all__ = [
     "IMPLS",
     "PEER_ALGO",
+    "SMALL_BYTES",
+    "SMALL_ITERS_FACTOR",
     "BenchConfig",
     "BenchReport",
     "Case",
@@ -51,4 +55,5 @@ __all__ = [
     "run_impl",
     "staged_busbw_bound",
     "summarize",
+    "timed_rounds",
 ]

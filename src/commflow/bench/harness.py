@@ -75,7 +75,9 @@ class Measurement:
     def record(self) -> dict:
         """The JSON record: ``impl, collective, algo, nranks, dtype, op, size, inplace,
         time_us, ci95_us, runs, algbw, busbw, wrong`` (GB/s, microseconds; ``ci95_us`` is
-        ``[low, high]`` or ``None`` with fewer than 6 runs)."""
+        ``[low, high]`` or ``None`` with fewer than 6 runs; ``runs`` is the number of timed
+        iterations of this size: ``small_iters`` up to :data:`.spec.SMALL_BYTES`, ``iters``
+        above)."""
         ci = None if self.time.ci is None else [t * 1e6 for t in self.time.ci]
         return {
             "impl": self.impl,
@@ -142,12 +144,16 @@ def start_ranks(impl: str, command: list[str], nranks: int, timeout: float) -> i
 
 def _budget(spec: RunSpec, nranks: int) -> float:
     """Seconds the whole job may take before it is stopped: the per-wait timeout, plus for
-    every iteration 10 ms and its bytes at a pessimistic 25 MB/s."""
+    every iteration (warm-up and timed, each size's own count of timed rounds:
+    :meth:`RunSpec.rounds`) 10 ms and its bytes at a pessimistic 25 MB/s."""
     collective = parse_collective(spec.collective)
     itemsize = dtype_of(spec.dtype).itemsize
-    total = sum(size_bytes(collective, nranks, block, itemsize) for block in spec.blocks)
-    iterations = 2 * len(spec.algos) * (spec.warmup + spec.iters)
-    return spec.timeout + iterations * (0.01 * len(spec.blocks) + total / _SLOWEST)
+    budget = spec.timeout
+    for block in spec.blocks:
+        size = size_bytes(collective, nranks, block, itemsize)
+        iterations = 2 * len(spec.algos) * (spec.warmup + spec.rounds(nranks, block))
+        budget += iterations * (0.01 + size / _SLOWEST)
+    return budget
 
 
 def _watch(path: Path, progress: Progress | None, done: threading.Event) -> None:

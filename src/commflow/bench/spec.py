@@ -7,6 +7,22 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from commflow.bench.cases import size_bytes
+from commflow.collectives import parse_collective
+from commflow.runtime import dtype_of
+
+SMALL_BYTES = 64 * 1024
+"""Sizes (bytes, nccl-tests' convention) up to and including this run ``small_iters`` timed
+rounds instead of ``iters``, as the OSU micro-benchmarks run more iterations for small
+messages: their calls take microseconds, and the host's scheduling decides the median of a
+few dozen."""
+
+
+def timed_rounds(size: int, iters: int, small_iters: int) -> int:
+    """Timed rounds for ``size`` bytes: ``small_iters`` up to :data:`SMALL_BYTES`, else
+    ``iters``."""
+    return small_iters if size <= SMALL_BYTES else iters
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunSpec:
@@ -30,7 +46,9 @@ class RunSpec:
     warmup: int
     """Untimed iterations before the timed ones, per size and placement."""
     iters: int
-    """Timed iterations per size and placement."""
+    """Timed iterations per size and placement above :data:`SMALL_BYTES`."""
+    small_iters: int
+    """Timed iterations per size and placement up to :data:`SMALL_BYTES`."""
     timeout: float
     """Seconds any wait of the implementation may take."""
     seed: int = 0
@@ -38,6 +56,13 @@ class RunSpec:
     that runs, sizes and placements each take other orders)."""
     corrupt_rank: int | None = None
     """Test hook: this rank spoils one element of each result before the check."""
+
+    def rounds(self, nranks: int, block: int) -> int:
+        """Timed rounds of blocks of ``block`` elements on ``nranks`` ranks
+        (:func:`timed_rounds` of their size)."""
+        size = size_bytes(parse_collective(self.collective), nranks, block,
+                          dtype_of(self.dtype).itemsize)
+        return timed_rounds(size, self.iters, self.small_iters)
 
     def save(self, path: Path) -> None:
         """Write the spec as JSON to ``path``."""

@@ -20,13 +20,16 @@ from commflow.bench.cases import block_elements
 from commflow.bench.harness import Measurement, run_impl
 from commflow.bench.impl import IMPLS, PEER_ALGO, module
 from commflow.bench.memory import copy_bandwidth, staged_busbw_bound
-from commflow.bench.spec import RunSpec
+from commflow.bench.spec import SMALL_BYTES, RunSpec, timed_rounds
 from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.runtime import DEFAULT_TIMEOUT, OPS, algorithm_names, dtype_of, fastpath
 from commflow.runtime.programs import check_algorithm, is_program_file
 from commflow.runtime.world import usable_cpus
 from commflow.tune import Versus, versus_fixed
+
+SMALL_ITERS_FACTOR = 10
+"""``BenchConfig.small_iters`` defaults to this many times ``iters``."""
 
 BenchProgress = Callable[[str, int, int], None]
 """Called as ``progress(impl, done, total)`` with the sizes done and to do."""
@@ -62,7 +65,12 @@ class BenchConfig:
     warmup: int = 5
     """Untimed iterations per size and placement."""
     iters: int = 20
-    """Timed iterations per size and placement (6 or more give a 95% interval)."""
+    """Timed iterations per size and placement above :data:`~commflow.bench.spec.SMALL_BYTES`
+    (6 or more give a 95% interval)."""
+    small_iters: int | None = None
+    """Timed iterations per size and placement up to
+    :data:`~commflow.bench.spec.SMALL_BYTES` (64 KiB); ``None``: ten times ``iters``, as the
+    OSU micro-benchmarks run more iterations for small messages (set on construction)."""
     timeout: float = DEFAULT_TIMEOUT
     """Seconds any wait inside an implementation may take."""
 
@@ -83,6 +91,13 @@ class BenchConfig:
             raise CommflowError(f"root {self.root} is outside ranks 0..{self.nranks - 1}")
         if self.warmup < 0 or self.iters < 1:
             raise CommflowError(f"need -w >= 0 and --iters >= 1, got {self.warmup}, {self.iters}")
+        if self.small_iters is None:
+            object.__setattr__(self, "small_iters", SMALL_ITERS_FACTOR * self.iters)
+        elif self.small_iters < 1:
+            raise CommflowError(
+                f"need --small-iters >= 1 (timed iterations per size up to "
+                f"{SMALL_BYTES >> 10} KiB), got {self.small_iters}"
+            )
         if self.timeout <= 0:
             raise CommflowError(f"timeout must be positive, got {self.timeout}")
         unknown = [p for p in self.peers if p not in IMPLS[1:]]
@@ -111,6 +126,11 @@ class BenchConfig:
         if self.algos == ("all",):
             return commflow_algorithms(self.collective, self.nranks)
         return self.algos
+
+    def timed_rounds(self, size: int) -> int:
+        """Timed iterations per placement of a size of ``size`` bytes
+        (:func:`~commflow.bench.spec.timed_rounds`)."""
+        return timed_rounds(size, self.iters, self.small_iters)  # type: ignore[arg-type]
 
     @property
     def blocks(self) -> tuple[int, ...]:
@@ -239,6 +259,7 @@ def _run(
         root=config.root,
         warmup=config.warmup,
         iters=config.iters,
+        small_iters=config.small_iters,  # type: ignore[arg-type]
         timeout=config.timeout,
         seed=secrets.randbits(32),
     )

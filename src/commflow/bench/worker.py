@@ -2,21 +2,21 @@
 
 Every rank reads the :class:`~commflow.bench.spec.RunSpec` the parent wrote, joins the
 implementation's job, and for every size and placement runs ``warmup`` untimed iterations of
-every algorithm, then ``iters`` timed rounds in which the algorithms take turns, one iteration
-each, in an order drawn per pair of rounds and reversed in the second round of the pair (the
-same on every rank, drawn anew for every run, size and placement from the spec's seed): a
-load changing on the host affects them alike, none always runs first after a new size, and
-each follows every other as often as it precedes it (an algorithm that runs right after
-another one's calls finds the caches and the peers as that one left them; orders drawn by
-the round alone, the same at every size and in every run, let ``shm`` follow ``auto`` five
-times in 20 rounds and ``auto`` follow ``shm`` twice). A program file among the algorithms
-is loaded once (:mod:`.algos`). Each iteration
-first resets the buffers (:meth:`Case.prepare`, untimed), then enters the implementation's own
-barrier; the rank times only the collective call (``time.perf_counter``). In the last round
-every rank counts the elements of each algorithm's result that differ from the expected
-values. Each
-rank writes its times and counts as JSON to ``rank<r>.json`` in the spec file's directory; rank
-0 appends a line to ``progress`` there after each size. Nothing is pickled.
+every algorithm, then timed rounds (``small_iters`` up to
+:data:`~commflow.bench.spec.SMALL_BYTES`, ``iters`` above) in which the algorithms take
+turns, one iteration each, in an order drawn per pair of rounds and reversed in the second
+round of the pair (the same on every rank, drawn anew for every run, size and placement from
+the spec's seed): a load changing on the host affects them alike, none always runs first
+after a new size, and each follows every other as often as it precedes it (an algorithm that
+runs right after another one's calls finds the caches and the peers as that one left them;
+orders drawn by the round alone, the same at every size and in every run, let ``shm`` follow
+``auto`` five times in 20 rounds and ``auto`` follow ``shm`` twice). A program file among
+the algorithms is loaded once (:mod:`.algos`). Each iteration first resets the buffers
+(:meth:`Case.prepare`, untimed), then enters the implementation's own barrier; the rank
+times only the collective call (``time.perf_counter``). In the last round every rank counts
+the elements of each algorithm's result that differ from the expected values. Each rank
+writes its times and counts as JSON to ``rank<r>.json`` in the spec file's directory; rank 0
+appends a line to ``progress`` there after each size. Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from commflow.runtime import dtype_of
 
 
 def _measure(ranks: Ranks, spec: RunSpec, algos: list[tuple[str, str | Program]],
-             case: Case) -> list[dict]:
+             case: Case, rounds: int) -> list[dict]:
     """Warm up every algorithm (``--algo`` entries and what they resolve to), then time
-    ``spec.iters`` rounds of ``case``, one iteration of each algorithm per round in an order
+    ``rounds`` rounds of ``case``, one iteration of each algorithm per round in an order
     drawn per pair of rounds (seeded by the spec's seed, the case and the pair: every rank
     calls the same) and reversed in its second round; check each one's result in the last
     round."""
@@ -53,7 +53,7 @@ def _measure(ranks: Ranks, spec: RunSpec, algos: list[tuple[str, str | Program]]
             call()
     times: list[list[float]] = [[] for _ in calls]
     wrong = [0] * len(calls)
-    for i in range(spec.iters):
+    for i in range(rounds):
         seed = (spec.seed, case.spec.block, int(case.spec.inplace), i // 2)
         order = np.random.default_rng(seed).permutation(len(calls)).tolist()
         for j in order[::-1] if i % 2 else order:
@@ -63,7 +63,7 @@ def _measure(ranks: Ranks, spec: RunSpec, algos: list[tuple[str, str | Program]]
             start = time.perf_counter()
             call()
             times[j].append(time.perf_counter() - start)
-            if i == spec.iters - 1:
+            if i == rounds - 1:
                 if spec.corrupt_rank == ranks.rank and case.expected is not None:
                     case.recv[:1] = wrong_values(case.expected[:1])
                 wrong[j] = case.wrong()
@@ -78,6 +78,7 @@ def run(spec: RunSpec, outdir: Path) -> None:
     algos = [(entry, resolve(entry)) for entry in spec.algos]
     results = []
     for block in spec.blocks:
+        rounds = spec.rounds(ranks.nranks, block)
         for inplace in (False, True):
             case = Case(
                 CaseSpec(
@@ -91,7 +92,7 @@ def run(spec: RunSpec, outdir: Path) -> None:
                     inplace=inplace,
                 )
             )
-            results += _measure(ranks, spec, algos, case)
+            results += _measure(ranks, spec, algos, case, rounds)
         if ranks.rank == 0:
             with open(outdir / "progress", "a") as progress:
                 progress.write(f"{block}\n")

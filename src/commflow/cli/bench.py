@@ -12,6 +12,8 @@ from rich.markup import escape
 from rich.progress import Progress, TaskID
 
 from commflow.bench import (
+    SMALL_BYTES,
+    SMALL_ITERS_FACTOR,
     BenchConfig,
     BenchReport,
     Measurement,
@@ -53,7 +55,15 @@ def bench(
     ),
     vs: str = typer.Option("gloo", "--vs", help="Peers: gloo, mpi, gloo,mpi or none."),
     warmup: int = typer.Option(5, "-w", "--warmup", help="Untimed iterations per size."),
-    iters: int = typer.Option(20, "--iters", help="Timed iterations per size."),
+    iters: int = typer.Option(
+        20, "--iters",
+        help=f"Timed iterations per size above {format_size(SMALL_BYTES)} (barrier: barriers).",
+    ),
+    small_iters: int = typer.Option(
+        None, "--small-iters",
+        help=f"Timed iterations per size up to {format_size(SMALL_BYTES)} "
+        f"(default: {SMALL_ITERS_FACTOR} x --iters).",
+    ),
     timeout: float = typer.Option(DEFAULT_TIMEOUT, "--timeout", help="Seconds any wait may take."),
     as_json: bool = typer.Option(
         False, "--json", help="Print the records as JSON on standard output instead of tables."
@@ -71,19 +81,22 @@ def bench(
 
     Defaults: allreduce, -n = CPU cores (at least 2), -b 8 -e 64M -f 2,
     float32 sum, --algo auto, --vs gloo, 5 warm-up and 20 timed iterations
-    per size and placement. Every iteration starts with a barrier; its time
-    is the slowest rank's. time(us) is the median over the iterations,
-    ci95(us) the 95% confidence interval of the median (order statistics,
-    Hoefler & Belli SC'15), #wrong the elements of the last result that
-    differ from the expected values, over all ranks. Out-of-place columns
-    come first, then in-place; a peer's ratio is commflow's busbw (algo auto,
-    or the first --algo) over the peer's. GB = 1e9 bytes. The memory copy
-    bandwidth is measured too, with the busbw bound it implies for a
-    copy-in/copy-out shared-memory implementation. Exit status 1 when a
+    per size and placement, 200 (--small-iters, default 10 x --iters) for
+    sizes up to 64K, as the OSU micro-benchmarks run more for small messages
+    (the records' "runs" says how many). Every iteration starts with a
+    barrier; its time is the slowest rank's. time(us) is the median over the
+    iterations, ci95(us) the 95% confidence interval of the median (order
+    statistics, Hoefler & Belli SC'15), #wrong the elements of the last
+    result that differ from the expected values, over all ranks. Out-of-place
+    columns come first, then in-place; a peer's ratio is commflow's busbw
+    (algo auto, or the first --algo) over the peer's. GB = 1e9 bytes. The
+    memory copy bandwidth is measured too, with the busbw bound it implies
+    for a copy-in/copy-out shared-memory implementation. Exit status 1 when a
     result was wrong.
 
     `commflow bench barrier` times barriers instead (one row per
-    implementation; sizes, --algo, -d, -o, -r and --plot do not apply).
+    implementation; sizes, --algo, --small-iters, -d, -o, -r and --plot do
+    not apply).
 
     An --algo entry ending in .json is a program file (commflow synth -o,
     or commflow.ir.save_program): its collective, rank count and root must
@@ -114,6 +127,7 @@ def bench(
         peers=() if vs.strip() == "none" else tuple(p.strip() for p in vs.split(",")),
         warmup=warmup,
         iters=iters,
+        small_iters=small_iters,
         timeout=timeout,
     )
     report = measure(config)
@@ -204,7 +218,7 @@ def _print(report: BenchReport) -> None:
     c = report.config
     out.print(
         f"# commflow bench: {c.collective.value} on {c.nranks} ranks, {c.dtype} {c.op}; "
-        f"{c.warmup} warm-up + {c.iters} timed iterations per size and placement",
+        f"{c.warmup} warm-up + {_timed(c, [m.size for m in report.measurements])}",
         markup=False,
     )
     out.print(
@@ -264,6 +278,17 @@ def _print(report: BenchReport) -> None:
         f"beyond the caches (every rank copies its input into shared memory and its output "
         f"out of it; docs/benchmarks.md)",
         markup=False,
+    )
+
+
+def _timed(config: BenchConfig, sizes: list[int]) -> str:
+    """The header's timed iterations: one count where every size of the run has the same."""
+    counts = {config.timed_rounds(size) for size in sizes} or {config.iters}
+    if len(counts) == 1:
+        return f"{counts.pop()} timed iterations per size and placement"
+    return (
+        f"{config.small_iters} timed iterations per size and placement up to "
+        f"{format_size(SMALL_BYTES)}, {config.iters} above"
     )
 
 

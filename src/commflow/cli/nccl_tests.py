@@ -90,6 +90,7 @@ def nccl_tests(
         peers=(),
         warmup=warmup,
         iters=iters,
+        small_iters=iters,  # nccl-tests times -n iterations at every size
         timeout=timeout,
     )
     report = measure(config)

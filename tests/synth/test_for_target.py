@@ -25,7 +25,7 @@ def _on(program, target: str) -> float:
 ])
 def test_dgx1_programs_for_a_target_keep_most_of_the_bound(collective, target, pieces, least,
                                                            lowering):  # fmt: skip
-    program, xml = synthesize_for(collective, DGX1, target, pieces=pieces)
+    program, xml = synthesize_for(collective, DGX1, target, pieces=pieces, rings=False)
     params = dict(program.params)
     assert [k for k in ("levels", "split") if k in params] == {
         "levels": ["levels"], "loops": [], "split": ["split"]}[lowering]
@@ -45,7 +45,7 @@ def test_channels_by_depth_beat_one_stream_per_edge_on_the_target():
 def test_allreduce_also_tries_six_channels_by_depth():
     # up- and down-tree depths in 6 channels per edge rather than 8: 2.41% below the default
     # synthesis on MSCCL instead of 3.24%
-    program, _ = synthesize_for("allreduce", DGX1, "msccl", pieces=(1,))
+    program, _ = synthesize_for("allreduce", DGX1, "msccl", pieces=(1,), rings=False)
     assert dict(program.params)["levels"] == 6
     assert _on(program, "msccl") == pytest.approx(83386411188.81625, rel=1e-9)
     eight = _on(synthesize("allreduce", DGX1, pieces=1, levels=8), "msccl")
@@ -54,7 +54,7 @@ def test_allreduce_also_tries_six_channels_by_depth():
 
 def test_nothing_fitting_is_refused_with_the_last_reason():
     with pytest.raises(AlgorithmError, match=r"fits msccl .* 4096"):
-        synthesize_for("allgather", DGX1, "msccl", pieces=(16,))
+        synthesize_for("allgather", DGX1, "msccl", pieces=(16,), rings=False)
 
 
 def test_a_loss_above_max_loss_is_refused_with_the_numbers():
@@ -64,6 +64,8 @@ def test_a_loss_above_max_loss_is_refused_with_the_numbers():
             r"synthesis' 85\.45 GB/s, more than the 2\.00% allowed; its XML holds 1,933 of "
             r"the 4,087 <tb> and <step> elements msccl's parser keeps per file, and with every "
             r"receive fused .* about 3 pieces per tree would fit")):
-        synthesize_for("allreduce", DGX1, "msccl", pieces=(1,), max_loss=0.02)
-    program, _ = synthesize_for("allreduce", DGX1, "msccl", pieces=(1,), max_loss=0.025)
+        synthesize_for("allreduce", DGX1, "msccl", pieces=(1,), max_loss=0.02,
+                       rings=False)
+    program, _ = synthesize_for("allreduce", DGX1, "msccl", pieces=(1,), max_loss=0.025,
+                                  rings=False)
     assert dict(program.params)["levels"] == 6

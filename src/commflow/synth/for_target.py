@@ -13,6 +13,10 @@ stream is cut into consecutive threadblocks of at most the runtime's steps per t
 2 MiB, whose pipeline fills and drains once. A reduce-scatter lowered in shares across boxes
 is also tried with its partials bound for another box first
 (:func:`~commflow.synth.cross_box.cross_box_first`), which hides the last network hop.
+Where Hamiltonian cycles load every link to its bandwidth (DGX-1), a ring packing
+(:mod:`commflow.synth.rings`) reaches the tree packing's speed with one threadblock per ring
+and every forward fused with its receive: few elements and nothing to fill but the ring's own
+steps, so it is tried too.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from commflow.ir.transform import split_channels
 from commflow.sim import simulate
 from commflow.synth.api import synthesize
 from commflow.synth.cross_box import cross_box_first
+from commflow.synth.rings import ring_program
 from commflow.topology.graph import Topology
 from commflow.units import format_size
 
@@ -65,6 +70,11 @@ SPLIT_EIGHTHS = (7, 6)
 """Messages per threadblock a cut stream is given, in eighths of the target's steps per
 threadblock, tried in turn (room for the ``nop`` steps that carry extra dependencies)."""
 
+RING_CHUNKS = (2, 1)
+"""Chunks per ring tried for ring packings (:mod:`commflow.synth.rings`): with 3 or more a
+ring posts more sends before its first receive than a connection's slots hold (MSCCL
+Simple: two chunks), which the target's verification refuses."""
+
 REFERENCE_SIZE = 1 << 30
 """Bytes at which candidates are compared by default (large messages)."""
 
@@ -78,11 +88,14 @@ def synthesize_for(
     pieces: tuple[int, ...] = PIECES_TRIED,
     size: float = REFERENCE_SIZE,
     max_loss: float | None = None,
+    rings: bool = True,
 ) -> tuple[Program, str]:
     """The bandwidth-synthesized program that exports to ``target`` (verified there, bounded
     buffers and limits included) and runs fastest there at ``size`` bytes, and its MSCCL XML.
 
-    Candidates, each the most pipelined that fit (most ``pieces`` first): up to
+    Candidates: the ring packing (:func:`~commflow.synth.rings.ring_program`, each of
+    :data:`RING_CHUNKS`) where there is one and ``rings`` is true, and tree programs, each the most pipelined that
+    fit (most ``pieces`` first): up to
     :data:`LEVELED_TRIED` as synthesized, and where the synthesis lowers with one stream per
     edge, up to :data:`LEVELED_TRIED` with channels by tree depth (:data:`LEVELS` per edge at
     most; allreduce also :data:`ALLREDUCE_LEVELS`) and, on targets that cap steps per
@@ -111,6 +124,14 @@ def synthesize_for(
                 *(({"levels": n}, (None,), LEVELED_TRIED, pieces) for n in levels),
                 ({}, cuts, SPLIT_TRIED, finer),
                 ({"trees": FEW_TREES}, (None,), LEVELED_TRIED, pieces))
+    for chunks in RING_CHUNKS if rings else ():
+        ringed = ring_program(collective, topology, chunks=chunks)
+        if ringed is None:
+            break
+        try:
+            fitted.append((ringed, to_msccl_xml(ringed, where)))
+        except ProgramError as error:
+            reason = str(error)
     for extra, splits, wanted, counts in families:
         found = 0
         for count in counts:
@@ -172,28 +193,48 @@ def _check_loss(best: tuple[Program, str], default: Program, topology: Topology,
     loss = 1 - got / ideal
     if loss <= max_loss:
         return
+    raise AlgorithmError(
+        f"{program.collective.value} on {topology.name}: the fastest synthesized program "
+        f"{where.name} loads ({_shape(program)}) runs at {got / 1e9:.2f} GB/s at "
+        f"{format_size(size)}, {100 * loss:.2f}% below the default synthesis' "
+        f"{ideal / 1e9:.2f} GB/s, more than the {100 * max_loss:.2f}% allowed"
+        f"{_room(program, xml, where)}")
+
+
+def _shape(program: Program) -> str:
+    """``6 rings of 2 chunks each``, or ``48 pieces per root, split 56``."""
     params = dict(program.params)
+    if params.get("packing") == "cycles":
+        return f"{params['rings']} rings of {params['chunks']} chunks each"
     pieces = int(params.get("pieces", 1))
-    unit = "share"  # streams: pieces per tree of an exact packing, else per root's data
-    if params.get("lowering") == "streams":
-        unit = "tree" if params.get("packing") == "forest" else "root"
     many = "piece" if pieces == 1 else "pieces"
     how = "".join(f", {k} {params[k]}" for k in ("levels", "split", "order") if k in params)
+    return f"{pieces} {many} per {_unit(params)}{how}"
+
+
+def _unit(params: dict) -> str:
+    """What a tree program's ``pieces`` count per: streams, a tree of an exact packing or a
+    root's data; else a share."""
+    if params.get("lowering") == "streams":
+        return "tree" if params.get("packing") == "forest" else "root"
+    return "share"
+
+
+def _room(program: Program, xml: str, where: Target) -> str:
+    """For a tree program on a target that caps XML elements: the elements its XML holds
+    against the cap and about how many pieces would fit fully fused; else nothing."""
+    params = dict(program.params)
+    budget = element_budget(program, where)
+    if budget is None or params.get("packing") == "cycles":
+        return ""
     ranks = [g.count("<tb ") + g.count("<step ") for g in xml.split("<gpu ")[1:]]
     used, scope = (max(ranks), "for one rank") if where.nodes_per_rank else (sum(ranks),
                                                                              "per file")
-    limit = ""
-    budget = element_budget(program, where)
-    if budget is not None:
-        limit = (f"; its XML holds {used:,} of the {budget:,} <tb> and <step> elements "
-                 f"{where.name}'s parser keeps {scope}, and with every receive fused with "
-                 f"the send of what it wrote (rcs/rrcs) about "
-                 f"{fused_pieces(program, where, pieces):,} pieces per {unit} would fit")
-    raise AlgorithmError(
-        f"{program.collective.value} on {topology.name}: the fastest synthesized program "
-        f"{where.name} loads ({pieces} {many} per {unit}{how}) runs at {got / 1e9:.2f} GB/s "
-        f"at {format_size(size)}, {100 * loss:.2f}% below the default synthesis' "
-        f"{ideal / 1e9:.2f} GB/s, more than the {100 * max_loss:.2f}% allowed{limit}")
+    pieces = int(params.get("pieces", 1))
+    return (f"; its XML holds {used:,} of the {budget:,} <tb> and <step> elements "
+            f"{where.name}'s parser keeps {scope}, and with every receive fused with the send "
+            f"of what it wrote (rcs/rrcs) about {fused_pieces(program, where, pieces):,} "
+            f"pieces per {_unit(params)} would fit")
 
 
 def _orders(program: Program, topology: Topology, streams: bool) -> list[Program]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Sequence
 
 import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
 
 
 def apportion(weights: Sequence[float], chunks: int) -> list[int]:
@@ -72,3 +74,59 @@ def _ceilings(fraction: np.ndarray, k: int) -> np.ndarray:
     for i, pick in enumerate(picks):
         rows[i, list(pick)] = 1.0
     return rows
+
+
+def whole_counts(
+    loads: np.ndarray,
+    group: np.ndarray,
+    weights: np.ndarray,
+    *,
+    units: Sequence[int] = range(1, 25),
+    slack: float = 0.005,
+    nodes: int = 10,
+    time_limit: float = 2.0,
+    budget: float = 10.0,
+) -> tuple[np.ndarray, int]:
+    """Integer counts of the columns of ``loads`` (rows x columns, relative to the optimum:
+    ``loads @ weights`` peaks at 1), ``units`` per ``group``, and ``units``.
+
+    For each of ``units`` in turn, the first of these within ``slack`` (relative) of the
+    optimum wins: ``weights`` rounded group by group (:func:`balanced_round`), else (until
+    ``budget`` seconds have passed) integer counts of every column found by a MILP (scipy
+    HiGHS, at most ``nodes`` branch-and-bound nodes, which keeps the result independent of
+    machine load, and ``time_limit`` seconds). Else the fastest rounding.
+    """
+    deadline = time.perf_counter() + budget
+    target = 1 + slack
+    tried = []
+    for total in units:
+        counts = balanced_round(loads, group, weights, total)
+        tried.append((float((loads @ counts).max()) / total, total, counts))
+        left = deadline - time.perf_counter()
+        if tried[-1][0] > target and left > 0:
+            exact = _integer_counts(loads, group, total, target, nodes, min(time_limit, left))
+            counts = tried[-1][2] if exact is None else exact
+        if float((loads @ counts).max()) / total <= target:
+            return counts, total
+    _, total, counts = min(tried, key=lambda x: x[:2])
+    return counts, total
+
+
+def _integer_counts(loads, group, units, target, nodes, time_limit) -> np.ndarray | None:
+    """Integer counts of the columns of ``loads``, ``units`` per ``group``, with every row of
+    ``loads @ counts`` at most ``target * units``; ``None`` when HiGHS finds none within
+    ``nodes`` nodes and ``time_limit`` seconds."""
+    ncol = loads.shape[1]
+    a_eq = np.zeros((int(group.max()) + 1, ncol))
+    a_eq[group, np.arange(ncol)] = 1.0
+    res = milp(
+        np.zeros(ncol),
+        constraints=[
+            LinearConstraint(loads, -np.inf, target * units),
+            LinearConstraint(a_eq, units, units),
+        ],
+        integrality=np.ones(ncol),
+        bounds=Bounds(0, units),
+        options={"node_limit": nodes, "time_limit": time_limit},
+    )
+    return None if res.x is None else np.round(res.x)

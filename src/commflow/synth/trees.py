@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.optimize import linprog
 from scipy.sparse.csgraph import shortest_path
 
 from commflow.errors import AlgorithmError
 from commflow.synth.links import LogicalEdges
-from commflow.synth.rounding import apportion, balanced_round
+from commflow.synth.rounding import apportion, balanced_round, whole_counts
 
 _TOLERANCE = 1e-9
 """Relative reduced cost below which a tree counts as improving."""
@@ -93,7 +93,7 @@ def pack_trees(
     retired: list[tuple[int, tuple[int, ...], np.ndarray]] = []
     center, best = None, -np.inf
     for rounds in range(1, max_rounds + 1):
-        value, y, prices, mu = _master(columns, roots)
+        value, y, prices, mu = master_lp(columns, roots)
         point = prices if center is None else _SMOOTHING * center + (1 - _SMOOTHING) * prices
         found = pricer.price(roots, point)
         bound = sum(float(c[2] @ point) for c in found)
@@ -223,25 +223,14 @@ def integral_shares(
     ``nodes`` branch-and-bound nodes, which keeps the result independent of machine load,
     and ``time_limit`` seconds). Else the fastest rounding. Weights are ``count / units``.
     """
-    deadline = time.perf_counter() + budget
     candidates = packing.candidates
     loads = _loads(edges, candidates)
     loads = loads[loads.any(axis=1)] / packing.seconds_per_byte
     roots = sorted({t.root for t in candidates})
     group = np.searchsorted(roots, [t.root for t in candidates])
     weights = np.array([t.weight for t in candidates])
-    target = 1 + slack
-    tried = []
-    for total in units:
-        counts = balanced_round(loads, group, weights, total)
-        tried.append((float((loads @ counts).max()) / total, total, counts))
-        left = deadline - time.perf_counter()
-        if tried[-1][0] > target and left > 0:
-            exact = _integer_shares(loads, group, total, target, nodes, min(time_limit, left))
-            counts = tried[-1][2] if exact is None else exact
-        if float((loads @ counts).max()) / total <= target:
-            return _weighted(candidates, counts, total), total
-    _, total, counts = min(tried, key=lambda x: x[:2])
+    counts, total = whole_counts(loads, group, weights, units=units, slack=slack, nodes=nodes,
+                                 time_limit=time_limit, budget=budget)
     return _weighted(candidates, counts, total), total
 
 
@@ -275,26 +264,6 @@ def _weighted(candidates, counts, total) -> tuple[WeightedTree, ...]:
         for t, c in zip(candidates, counts.tolist(), strict=True)
         if c > 0
     )
-
-
-def _integer_shares(loads, group, units, target, nodes, time_limit) -> np.ndarray | None:
-    """Integer counts of the columns of ``loads``, ``units`` per ``group``, with every row of
-    ``loads @ counts`` at most ``target * units``; ``None`` when HiGHS finds none within
-    ``nodes`` nodes and ``time_limit`` seconds."""
-    ncol = loads.shape[1]
-    a_eq = np.zeros((int(group.max()) + 1, ncol))
-    a_eq[group, np.arange(ncol)] = 1.0
-    res = milp(
-        np.zeros(ncol),
-        constraints=[
-            LinearConstraint(loads, -np.inf, target * units),
-            LinearConstraint(a_eq, units, units),
-        ],
-        integrality=np.ones(ncol),
-        bounds=Bounds(0, units),
-        options={"node_limit": nodes, "time_limit": time_limit},
-    )
-    return None if res.x is None else np.round(res.x)
 
 
 def _edge_ids(edges: LogicalEdges) -> np.ndarray:
@@ -384,8 +353,12 @@ def _contraction(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return labels, cyclic
 
 
-def _master(columns, roots):
-    """Solve the master LP; returns ``(T, y, link prices, root duals)``."""
+def master_lp(columns: list[tuple], roots: list[int]) -> tuple[float, np.ndarray, np.ndarray,
+                                                                np.ndarray]:
+    """The master LP of a packing: columns ``(group, key, seconds per byte on each link)``,
+    weights ``y >= 0`` summing to 1 in each of the ``roots`` groups, minimising the busiest
+    link's time ``T``. Returns ``(T, y, link prices, group duals)``; raises
+    ``AlgorithmError`` when HiGHS fails."""
     ncol = len(columns)
     loads = np.stack([c[2] for c in columns], axis=1)
     used = np.flatnonzero(loads.any(axis=1))
@@ -407,7 +380,7 @@ def _master(columns, roots):
         method="highs",
     )
     if res.status != 0:
-        raise AlgorithmError(f"tree packing LP failed: {res.message}")
+        raise AlgorithmError(f"packing LP failed: {res.message}")
     prices = np.zeros(len(loads))
     prices[used] = -res.ineqlin.marginals
     return float(res.x[0]), res.x[1:], prices, res.eqlin.marginals

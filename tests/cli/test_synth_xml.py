@@ -9,7 +9,17 @@ def test_cli_says_what_the_targets_limits_cost(commflow, tmp_path):
     run = commflow("synth", "allgather", "--topo", "dgx1", "-b", "1G", "-e", "1G",
                    "--xml", str(tmp_path / "ag.xml"))
     assert run.code == 0, run.stderr
-    # 2 pieces per tree, channels by depth: 168.37 GB/s against the default's 171.13
-    assert ("MSCCL XML for msccl: 2 piece(s) per share, 8 channels per edge by depth, 1440 "
-            "steps, 1.61% below the default synthesis at 1G (flow model)") in run.stderr
+    # DGX-1's six NVLink cycles as rings: 171.26 GB/s against the default's 171.13
+    assert ("MSCCL XML for msccl: 6 rings of 2 chunks each, 1392 steps, 0.08% above the "
+            "default synthesis at 1G (flow model)") in run.stderr
     assert violations((tmp_path / "ag.xml").read_text(), "msccl") == []
+
+
+def test_cli_says_how_far_below_a_tree_program_runs(commflow, tmp_path):
+    # MI250's xGMI cycles reach 300 of the 350 GB/s per GCD, so trees win: 32 pieces per tree
+    run = commflow("synth", "allgather", "--topo", "mi250", "-b", "1G", "-e", "1G",
+                   "--xml", str(tmp_path / "ag.xml"), "--target", "rccl")
+    assert run.code == 0, run.stderr
+    assert ("MSCCL XML for rccl: 32 pieces per tree, split 56, 47616 steps, 1.75% below the "
+            "default synthesis at 1G (flow model)") in run.stderr
+    assert violations((tmp_path / "ag.xml").read_text(), "rccl") == []

@@ -27,5 +27,9 @@ def test_the_script_prints_every_collective_and_target(capsys):
         words = row.split()
         algbw, default, loss = float(words[-5]), float(words[-4]), float(words[-3])
         assert abs(loss) < 0.1 and algbw <= default * 1.001
-        assert int(words[-2]) >= int(words[3])  # fully fused, at least the pieces it holds
+        if words[3] == "-":  # trees: fully fused, at least the pieces it holds
+            assert int(words[-2]) >= int(words[4])
+        else:  # rings x chunks per ring: nothing to fuse further
+            rings, chunks = (int(x) for x in words[3].split("x"))
+            assert rings >= 1 and chunks in (1, 2) and words[-2] == "-"
         assert algbw * 1e9 <= lower_bound(words[1], ring, module.SIZE).algbw * 1.0001

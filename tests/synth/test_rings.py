@@ -15,11 +15,11 @@ from commflow.collectives import Collective
 from commflow.ir import to_msccl_xml
 from commflow.sim import simulate
 from commflow.synth import synthesize, synthesize_for
+from commflow.synth.for_target import lowering_loss
 from commflow.synth.forest import cut_bound
 from commflow.synth.hamilton import MOST_RANKS, cheapest_cycle
 from commflow.synth.links import logical_edges
 from commflow.synth.rings import pack_rings, ring_program
-from commflow.synth.for_target import lowering_loss
 
 SIZE = 1 << 30
 DGX1 = topology.dgx1()

@@ -116,7 +116,7 @@ def synth(
       commflow synth allgather --topo dgx1 --show allgather.png
       commflow synth allgather --topo dgx1 --by-size -b 1K -e 4G -f 4 --xml ag-set/
     """
-    from commflow.synth import lowering_loss, synthesize, synthesize_for
+    from commflow.synth import lowered_shape, lowering_loss, synthesize, synthesize_for
     from commflow.synth.show import draw_schedule, schedule_picture
     from commflow.tune import choose
 
@@ -150,12 +150,11 @@ def synth(
     if xml is not None:
         if pieces is None and params.get("method", objective) == "bandwidth":
             fitted, text = synthesize_for(collective, topology, target, root=root)
-            fit = dict(fitted.params)
-            depth = f", {fit['levels']} channels per edge by depth" if "levels" in fit else ""
             loss = lowering_loss(fitted, program, topology, target)
-            err.print(f"MSCCL XML for {target}: {fit.get('pieces')} piece(s) per share"
-                      f"{depth}, {fitted.nsteps} steps, {100 * loss:.2f}% below the default "
-                      "synthesis at 1G (flow model)")
+            side = "below" if loss >= 0 else "above"
+            err.print(f"MSCCL XML for {target}: {lowered_shape(fitted)}, {fitted.nsteps} "
+                      f"steps, {100 * abs(loss):.2f}% {side} the default synthesis at 1G "
+                      "(flow model)")
         else:
             text = to_msccl_xml(program, target)
         xml.write_text(text)

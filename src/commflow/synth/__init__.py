@@ -28,7 +28,13 @@ from commflow.synth.api import (
 )
 from commflow.synth.bound_check import BoundWarning, check_trees
 from commflow.synth.boxes import by_box
-from commflow.synth.for_target import LEVELS, PIECES_TRIED, lowering_loss, synthesize_for
+from commflow.synth.for_target import (
+    LEVELS,
+    PIECES_TRIED,
+    lowered_shape,
+    lowering_loss,
+    synthesize_for,
+)
 from commflow.synth.forest import Forest, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import lower
@@ -80,6 +86,7 @@ __all__ = [
     "logical_edges",
     "lower",
     "lower_streams",
+    "lowered_shape",
     "lowering_loss",
     "pack_trees",
     "synthesize",

@@ -94,9 +94,9 @@ def synthesize_for(
     buffers and limits included) and runs fastest there at ``size`` bytes, and its MSCCL XML.
 
     Candidates: the ring packing (:func:`~commflow.synth.rings.ring_program`, each of
-    :data:`RING_CHUNKS`) where there is one and ``rings`` is true, and tree programs, each the most pipelined that
-    fit (most ``pieces`` first): up to
-    :data:`LEVELED_TRIED` as synthesized, and where the synthesis lowers with one stream per
+    :data:`RING_CHUNKS`) where there is one and ``rings`` is true, and tree programs, each
+    the most pipelined that fit (most ``pieces`` first): up to :data:`LEVELED_TRIED` as
+    synthesized, and where the synthesis lowers with one stream per
     edge, up to :data:`LEVELED_TRIED` with channels by tree depth (:data:`LEVELS` per edge at
     most; allreduce also :data:`ALLREDUCE_LEVELS`) and, on targets that cap steps per
     threadblock, up to :data:`SPLIT_TRIED` with every stream cut into threadblocks of at most
@@ -195,14 +195,16 @@ def _check_loss(best: tuple[Program, str], default: Program, topology: Topology,
         return
     raise AlgorithmError(
         f"{program.collective.value} on {topology.name}: the fastest synthesized program "
-        f"{where.name} loads ({_shape(program)}) runs at {got / 1e9:.2f} GB/s at "
+        f"{where.name} loads ({lowered_shape(program)}) runs at {got / 1e9:.2f} GB/s at "
         f"{format_size(size)}, {100 * loss:.2f}% below the default synthesis' "
         f"{ideal / 1e9:.2f} GB/s, more than the {100 * max_loss:.2f}% allowed"
         f"{_room(program, xml, where)}")
 
 
-def _shape(program: Program) -> str:
-    """``6 rings of 2 chunks each``, or ``48 pieces per root, split 56``."""
+def lowered_shape(program: Program) -> str:
+    """How a program :func:`synthesize_for` returns is cut: ``6 rings of 2 chunks each``, or
+    ``48 pieces per root, split 56`` (pieces per tree, root's data or share; channels per
+    edge by depth as ``levels``, messages per threadblock as ``split``)."""
     params = dict(program.params)
     if params.get("packing") == "cycles":
         return f"{params['rings']} rings of {params['chunks']} chunks each"

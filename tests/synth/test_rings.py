@@ -20,6 +20,7 @@ from commflow.synth.forest import cut_bound
 from commflow.synth.hamilton import MOST_RANKS, cheapest_cycle
 from commflow.synth.links import logical_edges
 from commflow.synth.rings import pack_rings, ring_program
+from tests.ir.msccl_conformance import violations
 
 SIZE = 1 << 30
 DGX1 = topology.dgx1()
@@ -88,16 +89,18 @@ def test_dgx1_ring_programs_run_at_the_tree_packings_speed(collective):
 
 def test_dgx1_allreduce_on_msccl_lowers_within_two_percent():
     # among every tree candidate the trees lose 2.42% (levels 6, tests/synth/test_for_target)
-    program, _ = synthesize_for("allreduce", DGX1, "msccl", max_loss=0.02)
+    program, xml = synthesize_for("allreduce", DGX1, "msccl", max_loss=0.02)
     assert dict(program.params)["packing"] == "cycles"
+    assert violations(xml, "msccl") == []  # every rule MSCCL's parser enforces
     assert lowering_loss(program, synthesize("allreduce", DGX1), DGX1, "msccl") < 0.0
 
 
 @pytest.mark.parametrize("target", ["msccl-executor", "rccl"])
 @pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
 def test_dgx1_rings_win_on_every_target(collective, target):
-    program, _ = synthesize_for(collective, DGX1, target, pieces=(1,), max_loss=0.02)
+    program, xml = synthesize_for(collective, DGX1, target, pieces=(1,), max_loss=0.02)
     assert dict(program.params)["packing"] == "cycles"
+    assert violations(xml, target) == []
     assert lowering_loss(program, synthesize(collective, DGX1), DGX1, target) < 0.0
 
 

@@ -17,7 +17,7 @@ from .harness import bits_differ, run_world
 # Tiny segments and thresholds, so that small arrays cross every boundary: several segments,
 # a one-shot first segment and a two-shot one, a call one-shot whole above the default.
 VARIANTS = ("shm", "shm:segment=4K", "shm:segment=1K:one_shot=2K", "shm:one_shot=512K",
-            "shm:segment=8K:one_shot=4K:spin=0")
+            "shm:segment=8K:one_shot=4K:spin=0")  # two ranks: 8K segments in 4K halves
 COUNTS = (1, 777, 5000, 70_001)
 
 
@@ -42,11 +42,15 @@ def test_effective_names_a_call_by_how_it_is_cut():
     assert effective(big, AR, ONE_SHOT, 4) is fastpath.DEFAULT
     # one segment under both: the segment does not count; the threshold does (4 ranks)
     assert effective(big, AR, 256 << 10, 4) == Variant(one_shot=1 << 20)
-    # the threshold counts only for allreduce, and on two ranks only when it covers the call
+    # the threshold counts only for allreduce; on two ranks a given one cuts larger segments
+    # in halves, where the defaults reduce every segment whole
     assert effective(big, AG, 4 << 20, 4) == Variant(segment=2 << 20)
     assert effective(big, RS, 256 << 10, 2) == fastpath.DEFAULT
-    assert effective(big, AR, 4 << 20, 2) == Variant(segment=2 << 20)
+    assert effective(big, AR, 4 << 20, 2) == big
     assert effective(Variant(one_shot=1 << 20), AR, 1 << 20, 2) == Variant(one_shot=1 << 20)
+    # the default threshold given by name is the default on more than two ranks only
+    assert effective(Variant(one_shot=ONE_SHOT), AR, 4 << 20, 4) == fastpath.DEFAULT
+    assert effective(Variant(one_shot=ONE_SHOT), AR, 4 << 20, 2) == Variant(one_shot=ONE_SHOT)
     assert effective(big, AR, 4 << 20, 4) == big
     # how a rank waits is kept, but not on the compiled path of small allreduces
     assert effective(Variant(spin=0), AG, 16, 4) == Variant(spin=0)

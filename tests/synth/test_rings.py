@@ -69,6 +69,14 @@ def test_dgx1_rings_load_every_nvlink_to_the_cut_bound():
         assert all((cycle[i], cycle[(i + 1) % 8]) in links for i in range(8))
 
 
+def test_rings_across_two_boxes_pay_for_crossing_twice():
+    # every ring crosses the boxes' NICs once each way, so each direction of the cut carries
+    # 15/16 of a ring's data where trees send each byte across once: 2 * 15/16 the bound
+    edges = logical_edges(topology.load("ndv2x2"))
+    assert pack_rings(edges).seconds_per_byte == pytest.approx(
+        2 * 15 / 16 * cut_bound(edges, None), rel=1e-9)
+
+
 def test_no_ring_packing_beyond_the_ranks_held_karp_takes():
     assert pack_rings(logical_edges(topology.load("mi250x2"))) is None
     assert ring_program("allreduce", topology.load("mi250x2")) is None

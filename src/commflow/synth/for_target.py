@@ -31,7 +31,8 @@ from commflow.ir.transform import split_channels
 from commflow.sim import simulate
 from commflow.synth.api import synthesize
 from commflow.synth.cross_box import cross_box_first
-from commflow.synth.rings import ring_program
+from commflow.synth.rings import COLLECTIVES as RING_COLLECTIVES
+from commflow.synth.rings import ring_orders, ring_program
 from commflow.topology.graph import Topology
 from commflow.units import format_size
 
@@ -124,12 +125,12 @@ def synthesize_for(
                 *(({"levels": n}, (None,), LEVELED_TRIED, pieces) for n in levels),
                 ({}, cuts, SPLIT_TRIED, finer),
                 ({"trees": FEW_TREES}, (None,), LEVELED_TRIED, pieces))
-    for chunks in RING_CHUNKS if rings else ():
-        ringed = ring_program(collective, topology, chunks=chunks)
-        if ringed is None:
-            break
+    ringed = rings and parse_collective(collective) in RING_COLLECTIVES
+    orders = ring_orders(topology) if ringed else None
+    for chunks in RING_CHUNKS if orders else ():
+        program = ring_program(collective, topology, chunks=chunks, orders=orders)
         try:
-            fitted.append((ringed, to_msccl_xml(ringed, where)))
+            fitted.append((program, to_msccl_xml(program, where)))
         except ProgramError as error:
             reason = str(error)
     for extra, splits, wanted, counts in families:

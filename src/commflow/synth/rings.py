@@ -108,15 +108,11 @@ def _load(seconds: np.ndarray, ids: np.ndarray, cycle: tuple[int, ...]) -> np.nd
     return seconds[hops].sum(axis=0)
 
 
-def ring_program(collective: Collective | str, topology: Topology, *,
-                 chunks: int = 1) -> Program | None:
-    """Rings over the cycles of :func:`pack_rings`, each cycle run as whole shares of at most
-    :data:`MOST_RINGS` equal rings, each ring pipelined in ``chunks`` chunks
-    (:mod:`commflow.algorithms.multi_ring`); ``None`` for collectives rings do not run and
-    where :func:`pack_rings` finds no packing. Raises ``AlgorithmError`` for ``chunks`` < 1."""
-    kind = parse_collective(collective)
-    if kind not in COLLECTIVES:
-        return None
+def ring_orders(topology: Topology) -> list[tuple[int, ...]] | None:
+    """The rank orders of the rings :func:`pack_rings` gives ``topology``, each cycle repeated
+    by its whole share of at most :data:`MOST_RINGS` equal rings
+    (:func:`~commflow.synth.rounding.whole_counts` over every cycle found); ``None`` where
+    there is no packing."""
     edges = logical_edges(topology)
     packing = pack_rings(edges)
     if packing is None:
@@ -130,10 +126,23 @@ def ring_program(collective: Collective | str, topology: Topology, *,
     share = dict(zip(packing.cycles, packing.weights, strict=True))
     weights = np.array([share.get(c, 0.0) for c in cycles])
     loads /= (loads @ weights).max()
-    counts, total = whole_counts(loads, np.zeros(len(cycles), dtype=np.int64), weights,
-                                 units=range(1, MOST_RINGS + 1))
-    orders = [c for c, k in zip(cycles, counts.astype(int).tolist(), strict=True)
-              for _ in range(k)]
+    counts, _ = whole_counts(loads, np.zeros(len(cycles), dtype=np.int64), weights,
+                             units=range(1, MOST_RINGS + 1))
+    return [c for c, k in zip(cycles, counts.astype(int).tolist(), strict=True)
+            for _ in range(k)]
+
+
+def ring_program(collective: Collective | str, topology: Topology, *, chunks: int = 1,
+                 orders: list[tuple[int, ...]] | None = None) -> Program | None:
+    """Rings along ``orders`` (default: :func:`ring_orders`), each pipelined in ``chunks``
+    chunks (:mod:`commflow.algorithms.multi_ring`); ``None`` for collectives rings do not
+    run and where there is no packing. Raises ``AlgorithmError`` for ``chunks`` < 1."""
+    kind = parse_collective(collective)
+    if kind not in COLLECTIVES:
+        return None
+    orders = ring_orders(topology) if orders is None else orders
+    if orders is None:
+        return None
     program = multi_ring.generate(kind, topology.nranks, chunks=chunks, orders=orders)
     params = {**dict(program.params), "topology": topology.name, "cycles": len(set(orders)),
               "packing": "cycles"}

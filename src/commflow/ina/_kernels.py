@@ -12,9 +12,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from commflow.ina.protocol import VERSION
+
 HDR = 34
-VERSION = 2
-""":data:`commflow.ina.protocol.VERSION`, as the compiled loops check and write it."""
 EMPTY = -(2**15)
 _LO, _HI = -(2**31), 2**31 - 1
 

@@ -16,7 +16,8 @@ import math
 import numba
 import numpy as np
 
-from commflow.ina._kernels import EMPTY, HDR, VERSION, _copy, _put16, _swap, _u16, _u32
+from commflow.ina._kernels import EMPTY, HDR, _copy, _put16, _swap, _u16, _u32
+from commflow.ina.protocol import VERSION
 
 NONFINITE = 2**15 - 1
 """The exponent of a block holding inf or nan."""

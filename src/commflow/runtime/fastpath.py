@@ -74,8 +74,8 @@ class Variant:
     flag); larger ones two-shot (reduce block r on rank r, a second flag, copy out).
     ``None``: :data:`ONE_SHOT` on more than two ranks; two ranks reduce every segment whole
     (it moves fewer bytes: no second copy of the other's half), and a threshold given cuts
-    their larger segments in halves too (half the arithmetic per rank: 6-9% faster at 4
-    MiB on this machine's two cores)."""
+    their larger segments in halves too (half the arithmetic per rank: 1-9% faster at 1-4
+    MiB in two A/B runs on this machine's two cores)."""
     segment: int = SEGMENT
     """Bytes staged per round (at most half a rank's staging area is used)."""
     spin: int = SPIN

@@ -119,14 +119,14 @@ def synthesize_for(
     cuts = () if cap is None else tuple(cap * f // 8 for f in SPLIT_EIGHTHS)
     finer = sorted({*pieces, *(c for c in SPLIT_PIECES if min(pieces) <= c <= max(pieces))},
                    reverse=True)
-    allreduce = parse_collective(collective) is Collective.ALLREDUCE
+    kind = parse_collective(collective)
+    allreduce = kind is Collective.ALLREDUCE
     levels = (LEVELS, ALLREDUCE_LEVELS) if allreduce else (LEVELS,)
     families = (({}, (None,), LEVELED_TRIED, pieces),
                 *(({"levels": n}, (None,), LEVELED_TRIED, pieces) for n in levels),
                 ({}, cuts, SPLIT_TRIED, finer),
                 ({"trees": FEW_TREES}, (None,), LEVELED_TRIED, pieces))
-    ringed = rings and parse_collective(collective) in RING_COLLECTIVES
-    orders = ring_orders(topology) if ringed else None
+    orders = ring_orders(topology) if rings and kind in RING_COLLECTIVES else None
     for chunks in RING_CHUNKS if orders else ():
         program = ring_program(collective, topology, chunks=chunks, orders=orders)
         try:

@@ -52,14 +52,14 @@ class RingPacking:
     """Hamiltonian cycles with the share of the data each carries."""
 
     cycles: tuple[tuple[int, ...], ...]
-    """Rank orders, each from rank 0."""
-    weights: tuple[float, ...]
-    """Share of every rank's data on each cycle (summing to 1)."""
+    """Every cycle found, as rank orders from rank 0: the column generation's and
+    :data:`SAMPLES` more, cheapest under perturbed prices (for whole shares)."""
+    weights: np.ndarray
+    """Share of every rank's data on each cycle in the optimum (summing to 1; most are 0)."""
+    loads: np.ndarray
+    """Link x cycle: the relative seconds per byte each cycle's hops put on each link."""
     seconds_per_byte: float
     """Seconds per byte of each rank's data the rings take together (allgather)."""
-    candidates: tuple[tuple[int, ...], ...]
-    """Every cycle found (the column generation's and :data:`SAMPLES` more, cheapest under
-    perturbed prices), for whole shares."""
 
 
 def pack_rings(edges: LogicalEdges, *, max_rounds: int = 500) -> RingPacking | None:
@@ -88,15 +88,16 @@ def pack_rings(edges: LogicalEdges, *, max_rounds: int = 500) -> RingPacking | N
         value, y, prices, mu = master_lp(columns, [0])
         price, cycle = cheapest(seconds @ prices)
         if price >= mu[0] - _TOLERANCE * max(abs(mu[0]), value):
-            used = np.flatnonzero(y > 1e-12)
-            found = dict.fromkeys(c[1] for c in columns)
+            found = {c[1]: float(w) if w > 1e-12 else 0.0 for c, w in zip(columns, y,
+                                                                          strict=True)}
             rng = np.random.default_rng(0)
             for _ in range(SAMPLES):
                 found.setdefault(cheapest(seconds @ (prices * rng.uniform(0.5, 1.5, len(prices))
-                                                     + rng.uniform(0, 1e-3, len(prices))))[1])
-            return RingPacking(tuple(columns[i][1] for i in used),
-                               tuple(float(y[i]) for i in used), (n - 1) * value / scale,
-                               tuple(found))
+                                                     + rng.uniform(0, 1e-3, len(prices))))[1],
+                                 0.0)
+            loads = np.stack([_load(seconds, ids, c) for c in found], axis=1)
+            return RingPacking(tuple(found), np.array(list(found.values())), loads,
+                               (n - 1) * value / scale)
         columns.append((0, cycle, _load(seconds, ids, cycle)))
     raise AlgorithmError(f"ring packing on {edges.topology.name} did not converge in "
                          f"{max_rounds} rounds; raise max_rounds")
@@ -113,22 +114,14 @@ def ring_orders(topology: Topology) -> list[tuple[int, ...]] | None:
     by its whole share of at most :data:`MOST_RINGS` equal rings
     (:func:`~commflow.synth.rounding.whole_counts` over every cycle found); ``None`` where
     there is no packing."""
-    edges = logical_edges(topology)
-    packing = pack_rings(edges)
+    packing = pack_rings(logical_edges(topology))
     if packing is None:
         return None
-    seconds = edges.seconds.toarray()
-    ids = np.full((edges.nranks,) * 2, -1, dtype=np.int64)
-    ids[edges.src, edges.dst] = np.arange(len(edges.src))
-    cycles = packing.candidates
-    loads = np.stack([_load(seconds, ids, c) for c in cycles], axis=1)
-    loads = loads[loads.any(axis=1)]
-    share = dict(zip(packing.cycles, packing.weights, strict=True))
-    weights = np.array([share.get(c, 0.0) for c in cycles])
-    loads /= (loads @ weights).max()
-    counts, _ = whole_counts(loads, np.zeros(len(cycles), dtype=np.int64), weights,
-                             units=range(1, MOST_RINGS + 1))
-    return [c for c, k in zip(cycles, counts.astype(int).tolist(), strict=True)
+    loads = packing.loads[packing.loads.any(axis=1)]
+    loads = loads / (loads @ packing.weights).max()
+    counts, _ = whole_counts(loads, np.zeros(len(packing.cycles), dtype=np.int64),
+                             packing.weights, units=range(1, MOST_RINGS + 1))
+    return [c for c, k in zip(packing.cycles, counts.astype(int).tolist(), strict=True)
             for _ in range(k)]
 
 

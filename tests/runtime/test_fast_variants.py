@@ -90,11 +90,16 @@ def _exact(comm):
                     "reduce_scatter": comm.reduce_scatter(mine, algo=name),
                     "allgather": comm.allgather(mine[:count], algo=name),
                     "broadcast": comm.broadcast(mine.copy(), n - 1, algo=name),
+                    # ranks in and out of place in one call (each rank's own block differs)
+                    "reduce_scatter, some ranks in place": _scattered(comm, mine, name, count),
+                    "allgather, some ranks in place": _gathered(comm, mine[:count], name),
                 }
+                gathered = np.concatenate([a[:count] for a in inputs])
                 want = {"allreduce": total, "allreduce in place": total,
-                        "reduce_scatter": total[block],
-                        "allgather": np.concatenate([a[:count] for a in inputs]),
-                        "broadcast": inputs[n - 1]}
+                        "reduce_scatter": total[block], "allgather": gathered,
+                        "broadcast": inputs[n - 1],
+                        "reduce_scatter, some ranks in place": total[block],
+                        "allgather, some ranks in place": gathered}
                 for what, result in got.items():
                     if not (result.dtype == want[what].dtype
                             and np.array_equal(result, want[what])):
@@ -107,6 +112,30 @@ def _in_place_allreduce(comm, mine: np.ndarray, name: str) -> np.ndarray:
     buf = mine.copy()
     comm.allreduce(buf, algo=name, out=buf)
     return buf
+
+
+def _placed(comm, count: int) -> bool:
+    """Whether this rank's call with ``count`` elements per block runs in place (ranks of
+    both kinds in every call)."""
+    return (comm.rank + count) % 2 == 1
+
+
+def _scattered(comm, mine: np.ndarray, name: str, count: int) -> np.ndarray:
+    buf = mine.copy()
+    block = buf[comm.rank * count:(comm.rank + 1) * count]
+    return comm.reduce_scatter(buf, algo=name, out=block if _placed(comm, count) else None)
+
+
+def _gathered(comm, part: np.ndarray, name: str) -> np.ndarray:
+    n, r, count = comm.size, comm.rank, len(part)
+    out = np.zeros(n * count, part.dtype)
+    if not _placed(comm, count):
+        comm.allgather(part, algo=name, out=out)
+        return out
+    block = out[r * count:(r + 1) * count]
+    block[...] = part
+    comm.allgather(block, algo=name, out=out)
+    return out
 
 
 @pytest.mark.parametrize("nranks", [2, 3, 4])

@@ -16,7 +16,9 @@ abort with ``CommMismatchError``.
 
 Applies to the world communicator when all its ranks share one host. In-place calls need no
 copy of the input: a segment is staged before any of its output is written, and a rank writes
-only the part of its output that the staged segment covers.
+only the part of its output that the staged segment covers. A rank stages only what its peers
+read: a reduce-scatter reduces its own block from its input (in place: where it lies), an
+allgather in place leaves its own block where it is.
 
 **Variants.** How a call is cut is a :class:`Variant`: the largest allreduce segment reduced
 one-shot (every rank reduces all of it), the bytes staged per round, how long a waiting
@@ -220,9 +222,11 @@ class SharedBufferPaths:
 
     def run(self, collective: Collective, send: np.ndarray, recv: np.ndarray, unit: int,
             reduce: Reducer, root: int, *, seq: int, signature: Signature,
-            deadline: float, options: Variant = DEFAULT) -> None:
+            deadline: float, options: Variant = DEFAULT, placed: bool = False) -> None:
         """Run ``collective`` on flat arrays (shapes as the communicator passes them), cut as
-        ``options`` says."""
+        ``options`` says. ``placed``: an in-place call (``calls.in_place``): an allgather's
+        input is already its block of the output, a reduce-scatter's output its block of
+        the input, so neither is copied there."""
         endpoint = self.endpoint_factory(seq, signature, send.dtype)
         host = endpoint.t.host
         half_bytes = host.layout.stage_bytes // 2
@@ -272,18 +276,19 @@ class SharedBufferPaths:
                     a, b = bounds[r], bounds[r + 1]
                     recv[lo + a:lo + b] = stages[r][a:b]
             elif collective is Collective.REDUCESCATTER:
-                for r in range(n):
+                for r in others:  # only the peers read a stage's blocks
                     mine[r * m:(r + 1) * m] = send[r * unit + lo:r * unit + hi]
                 wait()
                 s = slice(me * m, (me + 1) * m)
                 out = recv[lo:hi]
-                out[...] = mine[s]
+                if not placed:
+                    out[...] = send[me * unit + lo:me * unit + hi]
                 for r in others:
                     reduce(out, stages[r][s], out)
             elif collective is Collective.ALLGATHER:
                 mine[:m] = send[lo:hi]
                 wait()
-                for r in range(n):
+                for r in others if placed else range(n):
                     recv[r * unit + lo:r * unit + hi] = stages[r][:m]
             else:
                 if me == root:

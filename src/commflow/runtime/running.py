@@ -231,7 +231,7 @@ class CallRunner:
                                     f"one host; use a program algorithm here")
             self._fast.run(coll, send, recv, call.unit, reduce, call.root, seq=seq,
                            signature=signature, deadline=self._deadline(timeout),
-                           options=options)
+                           options=options, placed=placed)
         else:
             plan = programs.rank_plan(coll, name, self.size, root, self.rank, call.unit)
             what = f"{coll.value} #{seq} ({name}) on rank {self.rank}"

@@ -260,10 +260,12 @@ class SharedBufferPaths:
             elif collective is Collective.ALLREDUCE and m * send.dtype.itemsize <= one_shot:
                 mine[:m] = send[lo:hi]
                 wait()
-                out = recv[lo:hi]
-                out[...] = stages[0][:m]
-                for r in range(1, n):
-                    reduce(out, stages[r][:m], out)
+                out, acc = recv[lo:hi], stages[0][:m]
+                for r in range(1, n):  # in rank order, into the output from the first pass
+                    reduce(acc, stages[r][:m], out)
+                    acc = out
+                if acc is not out:  # one rank
+                    out[...] = acc
             elif collective is Collective.ALLREDUCE:
                 mine[:m] = send[lo:hi]
                 wait()
@@ -281,10 +283,12 @@ class SharedBufferPaths:
                 wait()
                 s = slice(me * m, (me + 1) * m)
                 out = recv[lo:hi]
-                if not placed:
-                    out[...] = send[me * unit + lo:me * unit + hi]
-                for r in others:
-                    reduce(out, stages[r][s], out)
+                acc = out if placed else send[me * unit + lo:me * unit + hi]  # own block
+                for r in others:  # into the output from the first pass
+                    reduce(acc, stages[r][s], out)
+                    acc = out
+                if acc is not out:  # one rank
+                    out[...] = acc
             elif collective is Collective.ALLGATHER:
                 mine[:m] = send[lo:hi]
                 wait()

@@ -17,8 +17,8 @@ abort with ``CommMismatchError``.
 Applies to the world communicator when all its ranks share one host. In-place calls need no
 copy of the input: a segment is staged before any of its output is written, and a rank writes
 only the part of its output that the staged segment covers. A rank stages only what its peers
-read: a reduce-scatter reduces its own block from its input (in place: where it lies), an
-allgather in place leaves its own block where it is.
+read: a reduce-scatter, and a two-shot allreduce, reduce its own block from its input (in
+place: where it lies), an allgather in place leaves its own block where it is.
 
 **Variants.** How a call is cut is a :class:`Variant`: the largest allreduce segment reduced
 one-shot (every rank reduces all of it), the bytes staged per round, how long a waiting
@@ -267,12 +267,18 @@ class SharedBufferPaths:
                 if acc is not out:  # one rank
                     out[...] = acc
             elif collective is Collective.ALLREDUCE:
-                mine[:m] = send[lo:hi]
-                wait()
                 bounds = [m * r // n for r in range(n + 1)]
-                s = slice(bounds[me], bounds[me + 1])
-                for r in others:
-                    reduce(mine[s], stages[r][s], mine[s])
+                first, last = bounds[me], bounds[me + 1]
+                mine[:first] = send[lo:lo + first]  # the blocks the peers reduce
+                mine[last:m] = send[lo + last:hi]
+                wait()
+                total = mine[first:last]
+                acc = send[lo + first:lo + last]  # own block: from the input
+                for r in others:  # into the stage, for the peers to copy out
+                    reduce(acc, stages[r][first:last], total)
+                    acc = total
+                if acc is not total:  # one rank
+                    total[...] = acc
                 wait()
                 for r in range(n):
                     a, b = bounds[r], bounds[r + 1]

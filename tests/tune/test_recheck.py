@@ -1,6 +1,7 @@
 """The online tuner's head-to-head rounds: a winner of successive halving replaces what
-``auto`` runs without a table only when it is faster by the margin in the final round and
-again in a re-check with twice the calls (measured times injected, so the rounds are exact)."""
+``auto`` runs without a table only when it is faster by the margin in the final round (4 KiB
+pages) and again in a re-check with twice the calls (huge pages; measured times injected, so
+the rounds are exact)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from commflow.collectives import Collective
 from commflow.runtime import programs
-from commflow.tune.online import FINAL_CALLS, MARGIN, halve
+from commflow.tune.online import FINAL_CALLS, HUGE, MARGIN, SMALL, halve
 
 AR = Collective.ALLREDUCE
 NAMES = ["shm", "shm:spin=0", "ring", "direct"]
@@ -28,11 +29,11 @@ class _Rank:
 def _halve(*heads: dict[str, float]) -> tuple[tuple[str, float], list[tuple[list[str], int]]]:
     """:func:`halve` on :data:`NAMES` with ``shm`` the incumbent, the halving rounds timed as
     :data:`HALVING` and the head-to-head rounds as ``heads``; its answer and the calls the
-    head-to-head rounds were asked for (names in turn order, calls of each)."""
-    asked: list[tuple[list[str], int]] = []
+    head-to-head rounds were asked for (names in turn order, calls of each, pages)."""
+    asked: list[tuple[list[str], int, str]] = []
 
-    def measure(comm, collective, x, names, iters, placements):
-        asked.append((list(names), iters))
+    def measure(comm, collective, x, names, iters, placements, pages=SMALL):
+        asked.append((list(names), iters, pages))
         round_ = len(asked) - 4  # warm-up, then three halving rounds (4, 2 names)
         return dict(HALVING) if round_ < 0 else dict(heads[round_])
 
@@ -44,7 +45,8 @@ def test_a_winner_that_wins_only_the_final_round_leaves_the_default():
     (best, seconds), heads = _halve({"shm:spin=0": 9.0, "shm": 10.0},
                                     {"shm:spin=0": 9.9, "shm": 10.0})
     assert (best, seconds) == ("shm", 10.0)
-    assert heads == [(["shm:spin=0", "shm"], FINAL_CALLS), (["shm", "shm:spin=0"], 2 * FINAL_CALLS)]
+    assert heads == [(["shm:spin=0", "shm"], FINAL_CALLS, SMALL),
+                     (["shm", "shm:spin=0"], 2 * FINAL_CALLS, HUGE)]
 
 
 def test_a_winner_that_wins_both_rounds_by_the_margin_replaces_the_default():
@@ -52,7 +54,8 @@ def test_a_winner_that_wins_both_rounds_by_the_margin_replaces_the_default():
     (best, seconds), heads = _halve({"shm:spin=0": 9.0, "shm": 10.0},
                                     {"shm:spin=0": faster, "shm": 10.0})
     assert (best, seconds) == ("shm:spin=0", pytest.approx(faster))
-    assert [calls for _, calls in heads] == [FINAL_CALLS, 2 * FINAL_CALLS]
+    assert [(calls, pages) for _, calls, pages in heads] == [(FINAL_CALLS, SMALL),
+                                                            (2 * FINAL_CALLS, HUGE)]
 
 
 def test_a_winner_that_loses_the_final_round_is_not_rechecked():
@@ -130,7 +133,7 @@ def _thp_eligible(a: np.ndarray) -> int:
 def test_the_tuner_times_on_small_pages_where_numpy_would_take_huge_ones():
     """A single-copy call pins every page it touches, so the tuner's buffers must have the
     4 KiB pages of a torch tensor, not the huge pages numpy asks for large arrays."""
-    from commflow.tune.online import small_pages
+    from commflow.tune.online import buffer, small_pages
 
     with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
         assert "[never]" not in f.read(), "this test needs transparent huge pages"
@@ -138,4 +141,7 @@ def test_the_tuner_times_on_small_pages_where_numpy_would_take_huge_ones():
     mine = small_pages(4 << 20, np.float32)
     mine[...] = 1.0
     assert _thp_eligible(big) == 1 and _thp_eligible(mine) == 0
+    # the re-check's buffers are numpy's; the other rounds' small pages
+    assert _thp_eligible(buffer(4 << 20, np.float32, HUGE)) == 1
+    assert _thp_eligible(buffer(4 << 20, np.float32, SMALL)) == 0
     assert mine.flags.writeable and mine.flags.c_contiguous and mine.sum() == 4 << 20

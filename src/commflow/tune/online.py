@@ -17,7 +17,9 @@ Where the fast path runs, its variants are candidates too (a rule may name
 timed once (:func:`distinct`). A winner replaces what ``auto`` runs without a table
 (:func:`commflow.runtime.programs.builtin`: ``shm`` where the fast path runs) only when it
 is more than :data:`MARGIN` faster than it in a final round and again in a re-check with
-twice the calls.
+twice the calls, the final round on the 4 KiB pages of a torch tensor and the re-check on
+the huge pages numpy gives large arrays (:func:`buffer`): a gain that holds on one kind of
+page only is not kept.
 """
 
 from __future__ import annotations
@@ -109,6 +111,20 @@ def _call(comm, collective: Collective, x: np.ndarray, algo: str,
                             f"{collective.value}")
 
 
+SMALL, HUGE = "small", "huge"
+"""Pages of the buffers a tuning round times on (:func:`buffer`)."""
+
+
+def buffer(count: int, dtype: np.dtype | type, pages: str = SMALL) -> np.ndarray:
+    """``count`` zeroed elements of ``dtype`` on ``pages``: :data:`SMALL`, 4 KiB pages
+    (:func:`small_pages`, as torch tensors have), or :data:`HUGE`, as numpy allocates them
+    (2 MiB transparent huge pages for large arrays where the kernel gives them). A variant's
+    gain may hold on one kind only (2 ranks, allreduce in place, in halves: 4-9% faster than
+    whole segments at 64 MiB on 4 KiB pages, 21-32% slower at 16-64 MiB in numpy's arrays
+    in ``commflow bench``)."""
+    return small_pages(count, dtype) if pages == SMALL else np.zeros(count, dtype)
+
+
 def small_pages(count: int, dtype: np.dtype | type) -> np.ndarray:
     """``count`` zeroed elements of ``dtype`` in anonymous memory advised against transparent
     huge pages (``MADV_NOHUGEPAGE``), as a torch tensor's memory is where the kernel gives
@@ -125,18 +141,18 @@ def small_pages(count: int, dtype: np.dtype | type) -> np.ndarray:
 
 
 def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
-          iters: int, placements: Sequence[bool] = (False, True)) -> dict[str, float]:
+          iters: int, placements: Sequence[bool] = (False, True),
+          pages: str = SMALL) -> dict[str, float]:
     """Median over ``iters`` samples of the slowest rank's seconds, per name; a sample is
     one call in each of ``placements`` (``True``: in place; a program run in place copies
     its input first; out of place into one preallocated output, as ``commflow bench`` and
     DDP's buckets call, not a fresh array whose pages each call would fault in; every buffer
-    on the small pages users' buffers have, :func:`small_pages`). The names
-    take turns sample by sample, so a change in the machine's load reaches all of them
-    alike."""
-    buf = small_pages(len(x) * (comm.size if collective is Collective.ALLGATHER else 1),
-                      x.dtype)
-    out = small_pages(len(x) // comm.size if collective is Collective.REDUCESCATTER
-                      else len(buf), x.dtype)
+    on ``pages``, :func:`buffer`). The names take turns sample by sample, so a change in the
+    machine's load reaches all of them alike."""
+    buf = buffer(len(x) * (comm.size if collective is Collective.ALLGATHER else 1), x.dtype,
+                 pages)
+    out = buffer(len(x) // comm.size if collective is Collective.REDUCESCATTER else len(buf),
+                 x.dtype, pages)
     block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
     mine = buf[block] if collective is Collective.ALLGATHER else buf
     times = np.zeros((len(names), iters))
@@ -164,8 +180,8 @@ a noisy round would make ``auto`` slower than the default it replaces."""
 
 Measure = Callable[..., dict[str, float]]
 """How :func:`halve` times candidates: ``measure(comm, collective, x, names, iters,
-placements)`` returns every name's seconds per sample, the same on every rank (default: the
-median of the slowest rank's, names taking turns sample by sample)."""
+placements, pages)`` returns every name's seconds per sample, the same on every rank
+(default: the median of the slowest rank's, names taking turns sample by sample)."""
 
 
 def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
@@ -180,9 +196,10 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     when a warm-up call of each says that the rounds fit before ``deadline`` (every round
     costs about the same: half the names, twice the calls). With an ``incumbent`` (one of
     ``names``), the winner then runs against it, call by call, as many calls as the last
-    round made (at least :data:`FINAL_CALLS`), then again with twice the calls, the
-    incumbent taking the first turn, and replaces it only when more than ``margin`` faster
-    in both rounds (the time returned is the re-check's). ``measure`` times the calls
+    round made (at least :data:`FINAL_CALLS`), on 4 KiB pages, then again with twice the
+    calls on huge pages (:func:`buffer`), the incumbent taking the first turn, and replaces
+    it only when more than ``margin`` faster in both rounds (the time returned is the
+    re-check's). ``measure`` times the calls
     (:data:`Measure`; tests pass their own)."""
     count = _count(collective, size, comm.size)
     x = small_pages(count, np.float32)
@@ -204,8 +221,8 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     if incumbent is None or incumbent == best:
         return best, timed[best]
     calls = max(FINAL_CALLS, rounds // 2)
-    for turns in ([best, incumbent], [incumbent, best]):  # the final round, the re-check
-        final = measure(comm, collective, x, turns, calls, placements)
+    for turns, pages in (([best, incumbent], SMALL), ([incumbent, best], HUGE)):
+        final = measure(comm, collective, x, turns, calls, placements, pages)
         if final[best] >= final[incumbent] * (1 - margin):
             return incumbent, final[incumbent]
         calls *= 2

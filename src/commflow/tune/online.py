@@ -199,8 +199,7 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     round made (at least :data:`FINAL_CALLS`), on 4 KiB pages, then again with twice the
     calls on huge pages (:func:`buffer`), the incumbent taking the first turn, and replaces
     it only when more than ``margin`` faster in both rounds (the time returned is the
-    re-check's). ``measure`` times the calls
-    (:data:`Measure`; tests pass their own)."""
+    re-check's). ``measure`` times the calls (:data:`Measure`; tests pass their own)."""
     count = _count(collective, size, comm.size)
     x = small_pages(count, np.float32)
     x[...] = np.random.default_rng(comm.rank).standard_normal(count)

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from commflow.runtime.transport import engine
-from commflow.torch.backend import PIECE_BYTES, _pieces
+from commflow.torch.checks import PIECE_BYTES, split_pieces
 
 from .harness import run_group
 from .test_sched import MODELS, _ddp, _scheduled
@@ -41,12 +41,12 @@ def _on_two_hosts() -> dict[str, object]:
 
 
 def test_large_allreduces_are_cut_into_pieces_of_a_mebibyte_or_more():
-    sizes = {n: [p.size for p in _pieces(np.zeros(n, np.float32), 4)]
+    sizes = {n: [p.size for p in split_pieces(np.zeros(n, np.float32), 4)]
              for n in (10, PIECE_BYTES // 4, PIECE_BYTES // 2 - 1, PIECE_BYTES // 2 + 5,
                        PIECE_BYTES)}
     assert sizes == {10: [10], 262144: [262144], 524287: [524287], 524293: [262147, 262146],
                      1048576: [262144] * 4}
-    assert len(_pieces(np.zeros(PIECE_BYTES, np.float64), 2)) == 2
+    assert len(split_pieces(np.zeros(PIECE_BYTES, np.float64), 2)) == 2
 
 
 @pytest.fixture(scope="module")

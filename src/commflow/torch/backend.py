@@ -10,7 +10,7 @@ numpy views. The algorithm of each collective comes from :mod:`commflow.torch.al
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -19,60 +19,25 @@ import torch.distributed as dist
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
 from commflow.runtime import Communicator
-from commflow.runtime.arrays import as_numpy
-from commflow.runtime.ops import reducer
-from commflow.torch.algo import algorithm_for
 from commflow.torch.alltoallv import alltoallv, split_counts
+from commflow.torch.checks import (
+    as_flat,
+    call_options,
+    check_sized,
+    checked_root,
+    describe,
+    only,
+    op_name,
+    per_rank,
+    split_pieces,
+    unsupported,
+)
 from commflow.torch.p2p import Message
 from commflow.torch.work import CommflowWork
 from commflow.torch.world import World, new_world, subgroup
 
 BACKEND = "commflow"
 """The backend's name in ``dist.init_process_group`` and ``dist.new_group``."""
-
-_Red = dist.ReduceOp.RedOpType
-_OPS = {_Red.SUM: "sum", _Red.PRODUCT: "prod", _Red.MIN: "min", _Red.MAX: "max", _Red.AVG: "avg"}
-
-
-def _flat(tensor: torch.Tensor, what: str) -> np.ndarray:
-    # detach: a tensor that requires grad (DDP's buckets under create_graph) shares the memory
-    return as_numpy(tensor.detach(), what).reshape(-1)
-
-
-def _one(items: Sequence, call: str):
-    if len(items) != 1:
-        raise NotImplementedError(
-            f"commflow backend: {call} takes one tensor (list) per call, got {len(items)}"
-        )
-    return items[0]
-
-
-def _how(collective: Collective, opts) -> dict[str, object]:
-    """The communicator's ``algo`` and ``timeout`` (s; None: the group's) for one call."""
-    timeout = getattr(opts, "timeout", None)
-    seconds = timeout.total_seconds() if timeout and timeout.total_seconds() > 0 else None
-    return {"algo": algorithm_for(collective), "timeout": seconds}
-
-
-PIECE_BYTES = 1 << 20
-"""Between hosts, an all-reduce of at least twice this many bytes runs as up to
-``Communicator.slots`` pieces at once."""
-
-
-def _pieces(view: np.ndarray, slots: int) -> list[np.ndarray]:
-    """``view`` cut into up to ``slots`` contiguous pieces of at least :data:`PIECE_BYTES`
-    (the same cut on every rank for the same size), reduced at once on the lanes."""
-    count = max(1, min(slots, view.nbytes // PIECE_BYTES))
-    return np.array_split(view, count) if count > 1 else [view]
-
-
-def _unsupported(call: str, hint: str) -> Callable:
-    def method(self, *args, **kwargs):
-        raise NotImplementedError(f"commflow backend: {call} is not supported; {hint}")
-
-    method.__doc__ = f"Not supported: raises ``NotImplementedError`` ({hint})."
-    return method
-
 
 class CommflowProcessGroup(dist.ProcessGroup):
     """A torch.distributed process group over a commflow communicator (CPU tensors)."""
@@ -121,57 +86,12 @@ class CommflowProcessGroup(dist.ProcessGroup):
         return f"CommflowProcessGroup(rank={self.comm.rank}, ranks={self.comm.ranks})"
 
     # -- machinery --------------------------------------------------------------------------
-    def _what(self, call: str) -> str:
-        return f"commflow {call} on rank {self.comm.rank} of {self.comm.size}"
-
     def _run(self, call: str, job: Callable[[], object], outputs: list) -> CommflowWork:
         def run() -> list:
             job()
             return outputs
 
-        return CommflowWork(self.world.submit(run), self._what(call))
-
-    def _op(self, opts, call: str, array: np.ndarray) -> str:
-        red = opts.reduceOp.op
-        if red not in _OPS:
-            raise NotImplementedError(
-                f"commflow backend: {call} with ReduceOp.{red.name} is not supported; use SUM, "
-                f"PRODUCT, MIN, MAX or AVG"
-            )
-        reducer(_OPS[red], array.dtype)
-        return _OPS[red]
-
-    def _root(self, root: int, call: str) -> int:
-        if not 0 <= root < self.comm.size:
-            raise CommflowError(
-                f"{self._what(call)}: root {root} is outside group ranks 0..{self.comm.size - 1}"
-            )
-        return root
-
-    def _blocks(
-        self, tensors: Sequence[torch.Tensor], like: np.ndarray, call: str
-    ) -> list[np.ndarray]:
-        """Views of the per-rank tensors of a list-style call, checked against ``like``."""
-        if len(tensors) != self.comm.size:
-            raise CommflowError(
-                f"{self._what(call)}: expected {self.comm.size} tensors (one per rank), got "
-                f"{len(tensors)}"
-            )
-        views = [_flat(t, f"{call} tensor {i}") for i, t in enumerate(tensors)]
-        for i, v in enumerate(views):
-            if v.size != like.size or v.dtype != like.dtype:
-                raise NotImplementedError(
-                    f"commflow backend: {call} with tensor {i} of {v.size} {v.dtype} elements "
-                    f"next to {like.size} {like.dtype} ones; every tensor must match"
-                )
-        return views
-
-    def _sized(self, big: np.ndarray, small: np.ndarray, call: str) -> None:
-        if big.size != self.comm.size * small.size or big.dtype != small.dtype:
-            raise CommflowError(
-                f"{self._what(call)}: the large tensor must hold group size ({self.comm.size}) "
-                f"x {small.size} elements of {small.dtype}, got {big.size} of {big.dtype}"
-            )
+        return CommflowWork(self.world.submit(run), describe(self.comm, call))
 
     def _each(self, call, outputs: list, inputs: list, opts) -> CommflowWork:
         """``call`` on each output/input pair; the last Work completes after all of them."""
@@ -182,16 +102,16 @@ class CommflowProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts=None) -> CommflowWork:
         """All-reduce each tensor in place (``dist.all_reduce``)."""
         opts = opts or dist.AllreduceOptions()
-        views = [_flat(t, "all_reduce tensor") for t in tensors]
-        op = self._op(opts, "all_reduce", views[0]) if views else "sum"
-        how = _how(Collective.ALLREDUCE, opts)
+        views = [as_flat(t, "all_reduce tensor") for t in tensors]
+        op = op_name(opts, "all_reduce", views[0]) if views else "sum"
+        how = call_options(Collective.ALLREDUCE, opts)
         if self.comm.slots > 1:  # between hosts: several in flight (see .work)
-            pieces = [p for v in views for p in _pieces(v, self.comm.slots)]
+            pieces = [p for v in views for p in split_pieces(v, self.comm.slots)]
 
             def start() -> list:
                 return [self.comm.allreduce(p, op, out=p, async_op=True, **how) for p in pieces]
 
-            return CommflowWork(self.world.start(start, tensors), self._what("all_reduce"))
+            return CommflowWork(self.world.start(start, tensors), describe(self.comm, "all_reduce"))
 
         def job() -> None:
             for v in views:
@@ -205,14 +125,14 @@ class CommflowProcessGroup(dist.ProcessGroup):
         tensor is reduced in place. ``dist.all_reduce_coalesced`` and ``_coalescing_manager``
         around ``all_reduce`` calls arrive here."""
         opts = opts or dist.AllreduceCoalescedOptions()
-        views = [_flat(t, f"all_reduce_coalesced tensor {i}") for i, t in enumerate(tensors)]
+        views = [as_flat(t, f"all_reduce_coalesced tensor {i}") for i, t in enumerate(tensors)]
         groups: dict[np.dtype, list[np.ndarray]] = {}
         for v in views:
             groups.setdefault(v.dtype, []).append(v)
         op = "sum"
         for group in groups.values():
-            op = self._op(opts, "all_reduce_coalesced", group[0])
-        how = _how(Collective.ALLREDUCE, opts)
+            op = op_name(opts, "all_reduce_coalesced", group[0])
+        how = call_options(Collective.ALLREDUCE, opts)
 
         def job() -> None:
             for group in groups.values():
@@ -231,27 +151,29 @@ class CommflowProcessGroup(dist.ProcessGroup):
     def reduce(self, tensors: list[torch.Tensor], opts=None) -> CommflowWork:
         """Reduce into the root's tensor (``dist.reduce``)."""
         opts = opts or dist.ReduceOptions()
-        view = _flat(_one(tensors, "reduce"), "reduce tensor")
-        op, root = self._op(opts, "reduce", view), self._root(opts.rootRank, "reduce")
-        how = _how(Collective.REDUCE, opts)
+        view = as_flat(only(tensors, "reduce"), "reduce tensor")
+        op, root = op_name(opts, "reduce", view), checked_root(self.comm, opts.rootRank, "reduce")
+        how = call_options(Collective.REDUCE, opts)
         return self._run("reduce", lambda: self.comm.reduce(view, root, op, **how), tensors)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None) -> CommflowWork:
         """Reduce the ranks' lists ``input_tensors[0]`` and keep this rank's entry in
         ``output_tensors[0]`` (``dist.reduce_scatter``)."""
-        out = _flat(_one(output_tensors, "reduce_scatter"), "reduce_scatter output")
-        blocks = self._blocks(_one(input_tensors, "reduce_scatter"), out, "reduce_scatter")
+        out = as_flat(only(output_tensors, "reduce_scatter"), "reduce_scatter output")
+        blocks = per_rank(self.comm, only(input_tensors, "reduce_scatter"), out, "reduce_scatter")
         return self._reduce_scatter(out, lambda: np.concatenate(blocks), opts, output_tensors)
 
     def reduce_scatter_single(self, output, input, opts=None) -> CommflowWork:  # noqa: A002
         """Reduce ``input`` and keep this rank's block (``dist.reduce_scatter_single``)."""
-        out, whole = _flat(output, "reduce_scatter output"), _flat(input, "reduce_scatter input")
-        self._sized(whole, out, "reduce_scatter_single")
+        out = as_flat(output, "reduce_scatter output")
+        whole = as_flat(input, "reduce_scatter input")
+        check_sized(self.comm, whole, out, "reduce_scatter_single")
         return self._reduce_scatter(out, lambda: whole, opts, [output])
 
     def _reduce_scatter(self, out: np.ndarray, whole, opts, outputs: list) -> CommflowWork:
         opts = opts or dist.ReduceScatterOptions()
-        op, how = self._op(opts, "reduce_scatter", out), _how(Collective.REDUCESCATTER, opts)
+        op = op_name(opts, "reduce_scatter", out)
+        how = call_options(Collective.REDUCESCATTER, opts)
         return self._run(
             "reduce_scatter", lambda: self.comm.reduce_scatter(whole(), op, out=out, **how), outputs
         )
@@ -264,16 +186,17 @@ class CommflowProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts=None) -> CommflowWork:
         """Copy the root's tensor to every rank (``dist.broadcast``)."""
         opts = opts or dist.BroadcastOptions()
-        view = _flat(_one(tensors, "broadcast"), "broadcast tensor")
-        root, how = self._root(opts.rootRank, "broadcast"), _how(Collective.BROADCAST, opts)
+        view = as_flat(only(tensors, "broadcast"), "broadcast tensor")
+        root = checked_root(self.comm, opts.rootRank, "broadcast")
+        how = call_options(Collective.BROADCAST, opts)
         return self._run("broadcast", lambda: self.comm.broadcast(view, root, **how), tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None) -> CommflowWork:
         """Gather every rank's ``input_tensors[0]`` into each rank's list
         ``output_tensors[0]`` (``dist.all_gather``)."""
-        x = _flat(_one(input_tensors, "all_gather"), "all_gather input")
-        outs = self._blocks(_one(output_tensors, "all_gather"), x, "all_gather")
-        how = _how(Collective.ALLGATHER, opts)
+        x = as_flat(only(input_tensors, "all_gather"), "all_gather input")
+        outs = per_rank(self.comm, only(output_tensors, "all_gather"), x, "all_gather")
+        how = call_options(Collective.ALLGATHER, opts)
 
         def job() -> None:
             for out, part in zip(
@@ -287,7 +210,7 @@ class CommflowProcessGroup(dist.ProcessGroup):
         """All-gather several tensors of any sizes and dtypes as one operation
         (``dist.all_gather_coalesced``): ``output_lists[r][i]`` gets rank r's
         ``input_tensors[i]``."""
-        what = self._what("all_gather_coalesced")
+        what = describe(self.comm, "all_gather_coalesced")
         if len(output_lists) != self.comm.size or any(
             len(outs) != len(input_tensors) for outs in output_lists
         ):
@@ -297,10 +220,10 @@ class CommflowProcessGroup(dist.ProcessGroup):
             )
         pairs = []
         for i, t in enumerate(input_tensors):
-            x = _flat(t, f"all_gather_coalesced input {i}")
+            x = as_flat(t, f"all_gather_coalesced input {i}")
             outs = [outs[i] for outs in output_lists]
-            pairs.append((x, self._blocks(outs, x, f"all_gather_coalesced output {i}")))
-        how = _how(Collective.ALLGATHER, opts)
+            pairs.append((x, per_rank(self.comm, outs, x, f"all_gather_coalesced output {i}")))
+        how = call_options(Collective.ALLGATHER, opts)
 
         def job() -> None:
             for x, outs in pairs:
@@ -313,9 +236,9 @@ class CommflowProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output, input, opts=None) -> CommflowWork:  # noqa: A002
         """Gather every rank's tensor into one (``dist.all_gather_single``)."""
-        out, x = _flat(output, "all_gather output"), _flat(input, "all_gather input")
-        self._sized(out, x, "all_gather_single")
-        how = _how(Collective.ALLGATHER, opts)
+        out, x = as_flat(output, "all_gather output"), as_flat(input, "all_gather input")
+        check_sized(self.comm, out, x, "all_gather_single")
+        how = call_options(Collective.ALLGATHER, opts)
         return self._run("all_gather", lambda: self.comm.allgather(x, out=out, **how), [output])
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None) -> CommflowWork:
@@ -326,10 +249,11 @@ class CommflowProcessGroup(dist.ProcessGroup):
         """Gather every rank's ``input_tensors[0]`` into the root's list ``output_tensors[0]``
         (``dist.gather``)."""
         opts = opts or dist.GatherOptions()
-        x = _flat(_one(input_tensors, "gather"), "gather input")
-        root, how = self._root(opts.rootRank, "gather"), _how(Collective.GATHER, opts)
+        x = as_flat(only(input_tensors, "gather"), "gather input")
+        root = checked_root(self.comm, opts.rootRank, "gather")
+        how = call_options(Collective.GATHER, opts)
         mine = self.comm.rank == root
-        outs = self._blocks(_one(output_tensors, "gather"), x, "gather") if mine else []
+        outs = per_rank(self.comm, only(output_tensors, "gather"), x, "gather") if mine else []
 
         def job() -> None:
             gathered = self.comm.gather(x, root, **how)
@@ -344,10 +268,11 @@ class CommflowProcessGroup(dist.ProcessGroup):
         """Give rank j the j-th tensor of the root's list ``input_tensors[0]``
         (``dist.scatter``)."""
         opts = opts or dist.ScatterOptions()
-        out = _flat(_one(output_tensors, "scatter"), "scatter output")
-        root, how = self._root(opts.rootRank, "scatter"), _how(Collective.SCATTER, opts)
+        out = as_flat(only(output_tensors, "scatter"), "scatter output")
+        root = checked_root(self.comm, opts.rootRank, "scatter")
+        how = call_options(Collective.SCATTER, opts)
         mine = self.comm.rank == root
-        ins = self._blocks(_one(input_tensors, "scatter"), out, "scatter") if mine else []
+        ins = per_rank(self.comm, only(input_tensors, "scatter"), out, "scatter") if mine else []
 
         def job() -> None:
             whole = np.concatenate(ins) if ins else np.empty(self.comm.size * out.size, out.dtype)
@@ -365,9 +290,9 @@ class CommflowProcessGroup(dist.ProcessGroup):
     ) -> CommflowWork:
         """Exchange blocks of the first dimension, even or by split sizes
         (``dist.all_to_all_single``)."""
-        out, x = _flat(output, "all_to_all output"), _flat(input, "all_to_all input")
-        how, n = _how(Collective.ALLTOALL, opts), self.comm.size
-        what = self._what("all_to_all_single")
+        out, x = as_flat(output, "all_to_all output"), as_flat(input, "all_to_all input")
+        how, n = call_options(Collective.ALLTOALL, opts), self.comm.size
+        what = describe(self.comm, "all_to_all_single")
         if not output_split_sizes and not input_split_sizes:
             if out.size != x.size or out.dtype != x.dtype or x.size % n:
                 raise CommflowError(
@@ -382,16 +307,14 @@ class CommflowProcessGroup(dist.ProcessGroup):
 
     def alltoall(self, output_tensors, input_tensors, opts=None) -> CommflowWork:
         """Send the j-th input tensor to rank j, any sizes (``dist.all_to_all``)."""
-        ins = [_flat(t, f"all_to_all input {j}") for j, t in enumerate(input_tensors)]
-        outs = [_flat(t, f"all_to_all output {i}") for i, t in enumerate(output_tensors)]
-        if len(ins) != self.comm.size or len(outs) != self.comm.size:
-            raise CommflowError(
-                f"{self._what('all_to_all')}: pass {self.comm.size} input and {self.comm.size} "
-                f"output tensors"
-            )
+        ins = [as_flat(t, f"all_to_all input {j}") for j, t in enumerate(input_tensors)]
+        outs = [as_flat(t, f"all_to_all output {i}") for i, t in enumerate(output_tensors)]
+        what, n = describe(self.comm, "all_to_all"), self.comm.size
+        if len(ins) != n or len(outs) != n:
+            raise CommflowError(f"{what}: pass {n} input and {n} output tensors")
         if len({a.dtype for a in ins + outs}) > 1:
-            raise CommflowError(f"{self._what('all_to_all')}: all tensors must share a dtype")
-        how = _how(Collective.ALLTOALL, opts)
+            raise CommflowError(f"{what}: all tensors must share a dtype")
+        how = call_options(Collective.ALLTOALL, opts)
         sizes = [o.size for o in outs]
 
         def job() -> None:
@@ -404,7 +327,7 @@ class CommflowProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None) -> CommflowWork:
         """Complete once every rank of the group called ``barrier``."""
-        timeout = _how(Collective.ALLREDUCE, opts)["timeout"]
+        timeout = call_options(Collective.ALLREDUCE, opts)["timeout"]
         return self._run("barrier", lambda: self.comm.barrier(timeout=timeout), [])
 
     # -- point to point ---------------------------------------------------------------------
@@ -424,17 +347,17 @@ class CommflowProcessGroup(dist.ProcessGroup):
     def _message(self, tensors, peer: int | None, tag: int, *, sending: bool) -> CommflowWork:
         if peer is None:
             call = f"recv from any source (tag {tag})"
-            message = Message(self.comm, None, tag, _one(tensors, call), False, self._what(call))
+            what = describe(self.comm, call)
+            message = Message(self.comm, None, tag, only(tensors, call), False, what)
             return CommflowWork(
                 self.world.hold(message), message.what, start=self.world.flush,
                 source=lambda: message.peer,
             )
         call = f"{'send to' if sending else 'recv from'} rank {peer} (tag {tag})"
+        what = describe(self.comm, call)
         if not 0 <= peer < self.comm.size:
-            raise CommflowError(
-                f"{self._what(call)}: peer must be a group rank in 0..{self.comm.size - 1}"
-            )
-        message = Message(self.comm, peer, tag, _one(tensors, call), sending, self._what(call))
+            raise CommflowError(f"{what}: peer must be a group rank in 0..{self.comm.size - 1}")
+        message = Message(self.comm, peer, tag, only(tensors, call), sending, what)
         return CommflowWork(self.world.hold(message), message.what, start=self.world.flush)
 
     # -- coalescing, older names, unsupported calls, shutdown -------------------------------
@@ -451,8 +374,8 @@ class CommflowProcessGroup(dist.ProcessGroup):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
-    split_group = _unsupported("split_group", "use dist.new_group(ranks, backend='commflow')")
-    merge_remote_group = _unsupported("merge_remote_group", "create one job with every rank")
+    split_group = unsupported("split_group", "use dist.new_group(ranks, backend='commflow')")
+    merge_remote_group = unsupported("merge_remote_group", "create one job with every rank")
 
     def shutdown(self) -> None:
         """Finish this group's queued operations; the world's threads stop with its last

@@ -145,6 +145,25 @@ def test_every_variant_is_exact_on_every_rank(nranks):
     assert not failures, "\n".join(failures[:20])
 
 
+def _alone(comm) -> list[str]:
+    x = np.arange(300_000, dtype=np.float32)  # 1.2 MB: several 64K segments
+    wrong = []
+    for name in ("shm:segment=64K", "shm:one_shot=1M:segment=64K"):  # two-shot, one-shot
+        if not np.array_equal(comm.allreduce(x, algo=name), x):
+            wrong.append(f"{name} allreduce")
+        placed = x.copy()
+        comm.reduce_scatter(placed, algo=name, out=placed)
+        if not (np.array_equal(comm.reduce_scatter(x, algo=name), x)
+                and np.array_equal(placed, x)):
+            wrong.append(f"{name} reduce_scatter")
+    return wrong
+
+
+def test_one_rank_reduces_to_its_own_data():
+    """With no peer every reduction is a copy of the rank's own block (in place: none)."""
+    assert run_world(_alone, 1, timeout=60) == [[]]
+
+
 def _mixed(comm, size: int):
     name = "shm" if comm.rank == 0 else "shm:one_shot=1M"
     comm.allreduce(np.ones(size // 4, np.float32), algo=name)

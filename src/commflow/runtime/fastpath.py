@@ -4,15 +4,15 @@ Each rank copies its data into its own staging area in the host's segment and ra
 once every rank's flag is up, rank r reduces block r of every rank's stage in place (own data
 first, then the others by rank, so every element is reduced once, in a fixed order) and raises
 a second flag; then every rank copies the reduced blocks out (small allreduces, and by
-default any allreduce on two ranks, where it moves fewer bytes: every rank reduces everything
-after the first flag, in rank order, so both ranks agree to the bit) (reduce-scatter: rank r
-reduces straight into its output; allgather/broadcast: one flag, then copies out). That is
-the two-shot reduce-scatter + allgather of the ``direct`` family, with the messages replaced
-by loads from shared memory: per byte, one copy in, one read of every stage for the
-reduction and one copy out. Staging areas are double-buffered: a half is refilled only after
-every rank raised a flag for the following segment, i.e. finished reading the half. Flags
-carry the operation's sequence number and signature: ranks that called different operations
-abort with ``CommMismatchError``.
+default any allreduce on two ranks, which then wait once per segment: every rank reduces
+everything after the first flag, in rank order, so both ranks agree to the bit)
+(reduce-scatter: rank r reduces straight into its output; allgather/broadcast: one flag,
+then copies out). That is the two-shot reduce-scatter + allgather of the ``direct``
+family, with the messages replaced by loads from shared memory: per byte, one copy in, one
+read of every stage for the reduction and one copy out. Staging areas are double-buffered: a
+half is refilled only after every rank raised a flag for the following segment, i.e.
+finished reading the half. Flags carry the operation's sequence number and signature: ranks
+that called different operations abort with ``CommMismatchError``.
 
 Applies to the world communicator when all its ranks share one host. In-place calls need no
 copy of the input: a segment is staged before any of its output is written, and a rank writes
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from functools import cached_property, lru_cache
 
@@ -75,9 +75,10 @@ class Variant:
     """Allreduce segments of at most this many bytes are reduced whole by every rank (one
     flag); larger ones two-shot (reduce block r on rank r, a second flag, copy out).
     ``None``: :data:`ONE_SHOT` on more than two ranks; two ranks reduce every segment whole
-    (it moves fewer bytes: no second copy of the other's half), and a threshold given cuts
-    their larger segments in halves too (half the arithmetic per rank: 1-9% faster at 1-4
-    MiB in two A/B runs on this machine's two cores)."""
+    (one wait per segment), and a threshold given cuts their larger segments in halves too
+    (half the arithmetic per rank and 4.5 bytes moved per byte against 5, but two waits per
+    segment: on this machine's two cores 0.89-1.04x the whole segments' time in one A/B
+    run and 1.15-1.38x in another, so the tuner decides)."""
     segment: int = SEGMENT
     """Bytes staged per round (at most half a rank's staging area is used)."""
     spin: int = SPIN
@@ -207,6 +208,17 @@ def effective(options: Variant, collective: Collective, staged: int, nranks: int
 _CUT = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER)
 
 
+def _reduce_into(out: np.ndarray, first: np.ndarray, stages: list[np.ndarray],
+                 ranks: Iterable[int], where: slice, reduce: Reducer) -> None:
+    """``out`` = ``first`` reduced with ``stages[r][where]`` for ``r`` in ``ranks``, in that
+    order, into ``out`` from the first pass on (``first`` may be ``out``'s own memory)."""
+    for r in ranks:
+        reduce(first, stages[r][where], out)
+        first = out
+    if first is not out:  # no peer: one rank
+        out[...] = first
+
+
 class SharedBufferPaths:
     """The fast paths of one rank over its host's staging areas."""
 
@@ -260,25 +272,17 @@ class SharedBufferPaths:
             elif collective is Collective.ALLREDUCE and m * send.dtype.itemsize <= one_shot:
                 mine[:m] = send[lo:hi]
                 wait()
-                out, acc = recv[lo:hi], stages[0][:m]
-                for r in range(1, n):  # in rank order, into the output from the first pass
-                    reduce(acc, stages[r][:m], out)
-                    acc = out
-                if acc is not out:  # one rank
-                    out[...] = acc
+                _reduce_into(recv[lo:hi], stages[0][:m], stages, range(1, n), slice(0, m),
+                             reduce)
             elif collective is Collective.ALLREDUCE:
                 bounds = [m * r // n for r in range(n + 1)]
                 first, last = bounds[me], bounds[me + 1]
                 mine[:first] = send[lo:lo + first]  # the blocks the peers reduce
                 mine[last:m] = send[lo + last:hi]
                 wait()
-                total = mine[first:last]
-                acc = send[lo + first:lo + last]  # own block: from the input
-                for r in others:  # into the stage, for the peers to copy out
-                    reduce(acc, stages[r][first:last], total)
-                    acc = total
-                if acc is not total:  # one rank
-                    total[...] = acc
+                # own block from the input, into the stage for the peers to copy out
+                _reduce_into(mine[first:last], send[lo + first:lo + last], stages, others,
+                             slice(first, last), reduce)
                 wait()
                 for r in range(n):
                     a, b = bounds[r], bounds[r + 1]
@@ -289,12 +293,8 @@ class SharedBufferPaths:
                 wait()
                 s = slice(me * m, (me + 1) * m)
                 out = recv[lo:hi]
-                acc = out if placed else send[me * unit + lo:me * unit + hi]  # own block
-                for r in others:  # into the output from the first pass
-                    reduce(acc, stages[r][s], out)
-                    acc = out
-                if acc is not out:  # one rank
-                    out[...] = acc
+                own = out if placed else send[me * unit + lo:me * unit + hi]
+                _reduce_into(out, own, stages, others, s, reduce)
             elif collective is Collective.ALLGATHER:
                 mine[:m] = send[lo:hi]
                 wait()

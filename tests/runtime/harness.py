@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import queue as queue_module
+import tempfile
 import time
 import traceback
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -87,3 +90,11 @@ def bits_differ(comm, algo: str) -> list[str]:
     if all(np.array_equal(everyone[0].view(np.uint32), row.view(np.uint32)) for row in everyone):
         return []
     return [f"{algo}: ranks differ in the bits of a float32 sum"]
+
+
+def flight_entries(comm) -> list[dict]:
+    """The communicator's flight record (every call so far, oldest first), dumped into a
+    temporary folder that is removed again."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = comm.dump_flight_record(Path(folder) / "record.json")
+        return json.loads(path.read_text())["entries"]

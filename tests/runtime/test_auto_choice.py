@@ -11,7 +11,7 @@ import numpy as np
 from commflow.collectives import Collective
 from commflow.runtime import programs
 from commflow.tuning_table import IN_PLACE, OUT_OF_PLACE, Rule, TuningTable
-from tests.runtime.harness import run_world
+from tests.runtime.harness import flight_entries, run_world
 
 TOP = 2**63 - 1
 AG, AR, RS = Collective.ALLGATHER, Collective.ALLREDUCE, Collective.REDUCESCATTER
@@ -36,8 +36,7 @@ VIEWS = _table(_rule(AR, 0, TOP, "ring", IN_PLACE), _rule(AR, 0, TOP, "shm", OUT
 
 
 def _record(comm) -> list[str]:
-    path = comm.dump_flight_record(f"/tmp/auto-choice-{comm.rank}-{id(comm)}.json")
-    return [e["algorithm"] for e in json.loads(path.read_text())["entries"]]
+    return [e["algorithm"] for e in flight_entries(comm)]
 
 
 def _allgather(comm, count: int, dtype, placed: bool) -> None:

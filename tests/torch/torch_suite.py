@@ -14,12 +14,17 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 import sys
 import tempfile
 import unittest
 from collections import Counter
 
-os.environ.update(BACKEND="commflow", WORLD_SIZE="3", TEMP_DIR=tempfile.mkdtemp(prefix="cf-"))
+# The suite's stores and temporary files (one file per test, never removed by torch) go in
+# one folder, removed when the run ends.
+FOLDER = tempfile.mkdtemp(prefix="cf-torch-suite-")
+tempfile.tempdir = FOLDER
+os.environ.update(BACKEND="commflow", WORLD_SIZE="3", TEMP_DIR=FOLDER)
 
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 
@@ -70,4 +75,7 @@ def main(parts: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    finally:
+        shutil.rmtree(FOLDER, ignore_errors=True)

@@ -14,7 +14,7 @@ from commflow.runtime import programs
 from commflow.runtime.errors import CommMismatchError
 from commflow.tune.online import _rules
 from commflow.tuning_table import IN_PLACE, OUT_OF_PLACE, Rule, TuningTable, from_json
-from tests.runtime.harness import run_world
+from tests.runtime.harness import flight_entries, run_world
 
 TOP = 2**63 - 1
 AG = Collective.ALLGATHER
@@ -128,9 +128,7 @@ def _follow(comm, text: str, count: int, mixed: bool):
             assert (small == y).all() and (y == np.arange(1024) * 3).all()
     finally:
         programs.use_tuning_table(None)
-    record = json.loads(comm.dump_flight_record(f"/tmp/placement-{comm.rank}-{id(x)}.json")
-                        .read_text())
-    return [(e["op"], e["algorithm"]) for e in record["entries"]][-4:]
+    return [(e["op"], e["algorithm"]) for e in flight_entries(comm)][-4:]
 
 
 def test_live_ranks_run_each_placements_rule():

@@ -8,7 +8,14 @@ import time
 import numpy as np
 import pytest
 
-from commflow.ina import InaError, InaProtocolError, InaTimeoutError, error_bound, ina_allreduce
+from commflow.ina import (
+    InaError,
+    InaProtocolError,
+    InaTimeoutError,
+    InaVersionError,
+    error_bound,
+    ina_allreduce,
+)
 from commflow.ina.protocol import Header, Kind, pack
 from tests.ina.conftest import allreduce_threads, on_threads
 
@@ -183,6 +190,26 @@ def test_garbage_at_the_switch_is_ignored(forked):
     check(outs, xs)
     got = sw.stop()
     assert got["malformed"] == 4 and "header says 9 values" in got["last_error"]
+
+
+def test_a_switch_of_another_version_is_a_clear_error_not_a_timeout():
+    """A switch that answers in another protocol version (as this one answers a worker of
+    another version, ``protocol.version_notice``): the worker stops at its first answer."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sw:
+        sw.bind(("127.0.0.1", 0))
+
+        def answer():
+            data, addr = sw.recvfrom(65536)
+            sw.sendto(data[:4] + bytes([data[4] + 1]) + data[5:34], addr)
+
+        thread = threading.Thread(target=answer)
+        thread.start()
+        start = time.monotonic()
+        with pytest.raises(InaVersionError, match=r"speaks protocol version 3, this worker 2"):
+            ina_allreduce(np.ones(8, np.float32), switch=sw.getsockname(), rank=0, nranks=2,
+                          timeout=20.0)
+        thread.join()
+        assert time.monotonic() - start < 5.0
 
 
 def test_two_jobs_share_the_pool(forked):

@@ -115,6 +115,16 @@ def test_malformed_datagrams_are_counted_and_ignored():
     assert "header says 3 values" in sw.stats.last_error
 
 
+def test_another_protocol_version_is_answered_with_bad_version():
+    sw = Switch(2, 4, values=4)
+    other = bytearray(pack(Header(Kind.JOIN, 0, 0, 1, 2, 2)))
+    other[4] += 1
+    (notice, addr), = sw.handle(bytes(other), ADDRS[1], now=0.0)
+    h, _ = unpack(notice)
+    assert (h.kind, h.reason, addr) == (Kind.REJECT, Reason.BAD_VERSION, ADDRS[1])
+    assert sw.stats.malformed == 1 and "protocol version 3" in sw.stats.last_error
+
+
 def test_noslot_when_the_pool_is_taken_and_leave_frees_it():
     sw = Switch(2, 3, values=4)
     join(sw, job=1, slots=8)

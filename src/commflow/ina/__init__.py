@@ -13,6 +13,7 @@ from commflow.ina.protocol import (
     InaNoSlotsError,
     InaProtocolError,
     InaTimeoutError,
+    InaVersionError,
     error_bound,
 )
 from commflow.ina.ring import udp_ring_allreduce
@@ -25,6 +26,7 @@ __all__ = [
     "InaError",
     "InaNoSlotsError",
     "InaProtocolError",
+    "InaVersionError",
     "InaTimeoutError",
     "Switch",
     "SwitchStats",

@@ -83,6 +83,14 @@ class InaProtocolError(InaError):
     """A datagram failed validation, or the switch refused one of ours."""
 
 
+class InaVersionError(InaProtocolError):
+    """A commflow ina datagram of another protocol version (``version``: the sender's)."""
+
+    def __init__(self, version: int, message: str = "") -> None:
+        super().__init__(message or f"protocol version {version}, this side speaks {VERSION}")
+        self.version = version
+
+
 class InaTimeoutError(InaError):
     """No progress before the deadline (switch down, a worker missing)."""
 
@@ -115,6 +123,7 @@ class Reason(enum.IntEnum):
     BAD_PHASE = 5
     TOO_MANY_VALUES = 6
     BAD_KIND = 7
+    BAD_VERSION = 8
 
 
 _KINDS = {k.value: k for k in Kind}
@@ -128,6 +137,7 @@ REASONS = {
                       "workers' (did every rank pass an array of the same size?)",
     Reason.TOO_MANY_VALUES: "more values than the switch's values per packet",
     Reason.BAD_KIND: "a switch only accepts DATA, JOIN and LEAVE",
+    Reason.BAD_VERSION: "the switch speaks another protocol version",
 }
 
 
@@ -171,7 +181,7 @@ def unpack(data: bytes) -> tuple[Header, memoryview]:
         raise InaProtocolError(f"bad magic {magic!r} (expected {MAGIC!r}): not a commflow "
                                "ina datagram")
     if version != VERSION:
-        raise InaProtocolError(f"protocol version {version}, this side speaks {VERSION}")
+        raise InaVersionError(version)
     if kind not in _KINDS or reason not in _REASONS:
         raise InaProtocolError(f"unknown kind {kind} or reason {reason}")
     kind = _KINDS[kind]
@@ -188,6 +198,13 @@ def unpack(data: bytes) -> tuple[Header, memoryview]:
         raise InaProtocolError(f"{kind.name} datagram: unknown flags {flags:#x}")
     return Header(kind, job, session, worker, nworkers, slot, count, exp, phase, offset, flags,
                   _REASONS[reason]), payload
+
+
+def version_notice() -> bytes:
+    """What the switch answers to a datagram of another protocol version: a ``REJECT``
+    (``BAD_VERSION``) in its own version, so that a worker of any version that checks the
+    version byte learns both and stops (:class:`InaVersionError`) instead of timing out."""
+    return pack(Header(Kind.REJECT, 0, reason=Reason.BAD_VERSION))
 
 
 def pack_peers(addrs: list[tuple[str, int]]) -> bytes:

@@ -48,12 +48,14 @@ from commflow.ina.protocol import (
     Header,
     InaError,
     InaProtocolError,
+    InaVersionError,
     Kind,
     Reason,
     group_address,
     pack,
     pack_peers,
     unpack,
+    version_notice,
 )
 
 Address = tuple[str, int]
@@ -167,7 +169,7 @@ class Switch:
         except InaProtocolError as e:
             self.stats.malformed += 1
             self.stats.last_error = f"from {addr[0]}:{addr[1]}: {e}"
-            return []
+            return [(version_notice(), addr)] if isinstance(e, InaVersionError) else []
         reason = self._check(h)
         if reason is not Reason.NONE:
             return self._reject(h, reason, addr)

@@ -42,12 +42,14 @@ from commflow.ina.faults import Faults
 from commflow.ina.protocol import (
     MAX_VALUES,
     REASONS,
+    VERSION,
     WIRE,
     Header,
     InaError,
     InaNoSlotsError,
     InaProtocolError,
     InaTimeoutError,
+    InaVersionError,
     Kind,
     group_field,
     pack,
@@ -139,6 +141,11 @@ class _Link:
             return None
         try:
             return unpack(self.view[:size])
+        except InaVersionError as e:
+            raise InaVersionError(e.version, (
+                f"{self.who}: the switch at {self.switch[0]}:{self.switch[1]} speaks protocol "
+                f"version {e.version}, this worker {VERSION}: run the same commflow release "
+                "on the switch and on every worker")) from None
         except InaProtocolError:
             self.stats.malformed += 1
             return None

@@ -19,10 +19,14 @@ def test_int_error_is_at_most_half_a_scale(seed, name, block):
     x = _x(seed)
     y = decode(encode(x, codec), x.size, codec)
     qmax = 127 if name == "int8" else 7
-    ref = np.abs(x.reshape(-1, block)).max(axis=1) / np.float32(qmax)
+    absmax = np.abs(x.reshape(-1, block)).max(axis=1)
+    ref = absmax / np.float32(qmax)
     np.testing.assert_array_equal(scales(x, codec), ref)
-    bound = np.repeat(ref, block) / 2
-    assert np.all(np.abs(y - x) <= bound * (1 + 1e-6))
+    # half a scale, plus float32's rounding of x / s and of q * s: each at most half an ulp
+    # of a value up to the block's absmax (x / s = 56.5 exactly, seed 25417, int8, block 16:
+    # a tie rounded to even, then q * s rounded up, 0.50000143 s from x)
+    bound = np.repeat(ref / 2 + np.spacing(absmax), block)
+    assert np.all(np.abs(y - x) <= bound)
 
 
 def test_sizes_and_float_casts():

@@ -18,8 +18,9 @@ as version 1, which older commflow reads; version 1 and 2 documents are read.
 
 :meth:`TuningTable.to_nccl_csv` writes the rules NCCL's example tuner plugin reads
 (``NCCL_TUNER_CONFIG_FILE``: ``collective_type,min_bytes,max_bytes,algorithm,protocol,channels,
-nNodes,nRanks``), for the algorithms NCCL has (ring, double binary tree as ``tree``), from
-the rules for both placements (NCCL's rules cannot tell placements apart).
+nNodes,nRanks``), for the algorithms NCCL has (ring and multi-ring as ``ring``, double binary
+tree as ``tree`` for allreduce), from the rules for both placements (NCCL's rules cannot tell
+placements apart).
 """
 
 from __future__ import annotations
@@ -42,8 +43,12 @@ IN_PLACE = "in_place"
 OUT_OF_PLACE = "out_of_place"
 PLACEMENTS = (ANY, IN_PLACE, OUT_OF_PLACE)
 """What a rule's ``placement`` may be: both placements, in place only, out of place only."""
-NCCL_ALGOS = {"ring": "ring", "double_binary_tree": "tree"}
-"""commflow algorithms NCCL also has, by NCCL's tuner name."""
+NCCL_ALGOS = {"ring": "ring", "multi_ring": "ring", "double_binary_tree": "tree"}
+"""commflow algorithms NCCL also has, by NCCL's tuner name (NCCL runs ``tree`` for allreduce
+only)."""
+NCCL_PROTOCOLS = ("ll", "ll128", "simple")
+"""The protocols NCCL's example tuner plugin reads; it has no "any": a rule forces its
+algorithm with one protocol (anything else reads as ``simple``)."""
 _NCCL_COLLS = {Collective.ALLREDUCE: "allreduce", Collective.ALLGATHER: "allgather",
                Collective.REDUCESCATTER: "reducescatter", Collective.BROADCAST: "broadcast",
                Collective.REDUCE: "reduce"}
@@ -150,16 +155,36 @@ class TuningTable:
         except OSError as error:
             raise CommflowError(f"cannot write tuning table {path}: {error.strerror}") from None
 
-    def to_nccl_csv(self, *, nnodes: int = -1) -> str:
+    def to_nccl_csv(self, *, nnodes: int = -1, protocol: str = "simple",
+                    channels: int = -1) -> str:
         """Rules for NCCL's example tuner plugin, one line per rule whose algorithm NCCL has
-        (:data:`NCCL_ALGOS`; others are left to NCCL's own choice), protocol and channels left
-        to NCCL (``-1``); rules for one placement are left to NCCL too."""
-        lines = ["collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"]
+        for its collective (:data:`NCCL_ALGOS`; others are left to NCCL's own choice), with
+        ``protocol`` (one of :data:`NCCL_PROTOCOLS`: the plugin forces a protocol with the
+        algorithm) and ``channels`` (``-1``: the plugin's "keep NCCL's", docs/tuning.md),
+        under a header comment; rules for one placement are left to NCCL too.
+        ``CommflowError`` for another protocol or a channel count below 1 other than -1."""
+        check_nccl_options(protocol, channels)
+        lines = ["# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,"
+                 "nRanks"]
         for r in self.rules:
-            if r.algo in NCCL_ALGOS and r.collective in _NCCL_COLLS and r.placement == ANY:
-                lines.append(f"{_NCCL_COLLS[r.collective]},{r.min_bytes},{r.max_bytes},"
-                             f"{NCCL_ALGOS[r.algo]},-1,-1,{nnodes},{r.nranks}")
+            algo = NCCL_ALGOS.get(r.algo)
+            if (algo is None or r.collective not in _NCCL_COLLS or r.placement != ANY
+                    or algo == "tree" and r.collective is not Collective.ALLREDUCE):
+                continue
+            lines.append(f"{_NCCL_COLLS[r.collective]},{r.min_bytes},{r.max_bytes},{algo},"
+                         f"{protocol},{channels},{nnodes},{r.nranks}")
         return "\n".join(lines) + "\n"
+
+
+def check_nccl_options(protocol: str, channels: int) -> None:
+    """``CommflowError`` unless ``protocol`` is one of :data:`NCCL_PROTOCOLS` and
+    ``channels`` is -1 or at least 1 (what :meth:`TuningTable.to_nccl_csv` writes)."""
+    if protocol not in NCCL_PROTOCOLS:
+        raise CommflowError(f"NCCL tuner rules: protocol {protocol!r} is not one of "
+                            f"{', '.join(NCCL_PROTOCOLS)}")
+    if channels < 1 and channels != -1:
+        raise CommflowError(f"NCCL tuner rules: channels {channels} must be -1 (NCCL's "
+                            "choice) or at least 1")
 
 
 def from_json(text: str) -> TuningTable:

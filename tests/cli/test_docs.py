@@ -1,5 +1,6 @@
 """Every command in docs/cli.md still runs, in order, with the exit status and the kind of
-output (its first word) the doc shows. Numbers are not compared: they follow the models.
+output (its first word) the doc shows. Numbers are not compared: they follow the models;
+the NCCL tuner CSV shown is compared whole.
 
 A command may start with ``VAR=value`` words (its environment) and end with
 ``  # exit status N`` where its first output line does not tell the status."""
@@ -58,3 +59,5 @@ def test_documented_commands_run(commflow, tmp_path, monkeypatch):
             command, run.stderr)
         output = (run.stdout + run.stderr).split()
         assert output[:1] == first_line.split()[:1], command
+    shown = re.search(r"```text\n(# collective_type.*?)```", DOC.read_text(), flags=re.DOTALL)
+    assert (tmp_path / "dgx1-nccl.csv").read_text() == shown.group(1)  # the NCCL CSV shown

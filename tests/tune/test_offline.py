@@ -9,13 +9,15 @@ from hypothesis import strategies as st
 
 from commflow import topology
 from commflow.algorithms import available, build_for
+from commflow.collectives import Collective
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.sim import simulate
 from commflow.tune import offline_table, rank, registered
-from commflow.tuning_table import from_json, load_table
+from commflow.tuning_table import Rule, TuningTable, from_json, load_table
 from commflow.units import size_range
 
 SIZES = size_range(1 << 10, 1 << 30, 8)
+TOP = 2**63 - 1
 
 
 def fastest(collective, topo, size):
@@ -53,15 +55,58 @@ def test_rank_orders_by_time_and_registered_places_on_the_topology():
     assert {r.method for r in ranked} >= {"ring", "double_binary_tree", "direct"}
 
 
+NCCL_COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
+NCCL_ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+
+
+def nccl_plugin_rules(text):
+    """The rules NCCL's example tuner plugin (plugins/tuner/example/plugin.c) loads from a
+    config: lines that are neither empty nor start with '#', 8-10 comma-separated fields;
+    a name it does not know silently becomes its default (allreduce, ring, simple), so every
+    name must be one it knows, and every number a whole integer."""
+    rules = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split(",")
+        assert 8 <= len(fields) <= 10, line
+        coll, low, high, algo, proto, *numbers = fields
+        assert coll in NCCL_COLLECTIVES and algo in NCCL_ALGORITHMS, line
+        assert proto in ("ll", "ll128", "simple"), line
+        assert all(n.lstrip("-").isdigit() for n in (low, high, *numbers)), line
+        assert 0 <= int(low) <= int(high) < 2**64, line
+        rules.append((coll, int(low), int(high), algo, proto, *map(int, numbers)))
+    return rules
+
+
 def test_nccl_csv_keeps_the_algorithms_nccl_has():
-    table = offline_table(["allreduce"], topology.dgx1(), SIZES)
-    lines = table.to_nccl_csv().splitlines()
-    header = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"
-    assert lines[0] == header
-    rows = [line.split(",") for line in lines[1:]]
-    ring = [r for r in table.rules if r.algo == "ring"]
-    assert rows == [["allreduce", str(r.min_bytes), str(r.max_bytes), "ring", "-1", "-1", "-1",
-                     "8"] for r in ring]
+    rules = [Rule(collective=coll, nranks=8, min_bytes=low, max_bytes=high, algo=algo,
+                  time_us=1.0) for coll, low, high, algo in (
+        (Collective.ALLGATHER, 0, 99, "ring"), (Collective.ALLGATHER, 100, TOP, "multi_ring"),
+        (Collective.ALLREDUCE, 0, 99, "double_binary_tree"),
+        (Collective.ALLREDUCE, 100, 999, "halving_doubling"),
+        (Collective.ALLREDUCE, 1000, TOP, "multi_ring"),
+        (Collective.BROADCAST, 0, TOP, "double_binary_tree"))]
+    table = TuningTable(fingerprint="f", topology="t", model="flow", rules=tuple(rules))
+    text = table.to_nccl_csv()
+    assert text.splitlines()[0].startswith("# collective_type,min_bytes,max_bytes,algorithm")
+    assert nccl_plugin_rules(text) == [
+        ("allgather", 0, 99, "ring", "simple", -1, -1, 8),
+        ("allgather", 100, TOP, "ring", "simple", -1, -1, 8),
+        ("allreduce", 0, 99, "tree", "simple", -1, -1, 8),  # NCCL's tree: allreduce only
+        ("allreduce", 1000, TOP, "ring", "simple", -1, -1, 8)]
+    assert nccl_plugin_rules(table.to_nccl_csv(nnodes=2, protocol="ll128", channels=16))[0] \
+        == ("allgather", 0, 99, "ring", "ll128", 16, 2, 8)
+    for bad in ({"protocol": "-1"}, {"protocol": "LL"}, {"channels": 0}):
+        with pytest.raises(CommflowError, match="NCCL tuner rules"):
+            table.to_nccl_csv(**bad)
+
+
+def test_nccl_csv_of_a_tuned_table_loads_in_the_plugin():
+    table = offline_table(["allreduce", "allgather"], topology.load("dgx-a100x4"), SIZES)
+    nccl = [r for r in table.rules if r.algo in ("ring", "multi_ring")]
+    assert nccl and [r[1:3] for r in nccl_plugin_rules(table.to_nccl_csv())] == [
+        (r.min_bytes, r.max_bytes) for r in nccl]
 
 
 def test_bad_sweeps_are_refused():

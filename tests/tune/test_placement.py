@@ -88,7 +88,7 @@ def test_auto_chooses_by_placement_and_the_nccl_csv_keeps_rules_for_both():
         programs.use_tuning_table(None)
     csv = _table(_rule(0, 10, "ring"), _rule(11, 20, "ring", IN_PLACE),
                  _rule(11, TOP, "double_binary_tree", OUT_OF_PLACE)).to_nccl_csv()
-    assert csv.splitlines()[1:] == ["allgather,0,10,ring,-1,-1,-1,2"]
+    assert csv.splitlines()[1:] == ["allgather,0,10,ring,simple,-1,-1,2"]
 
 
 def test_the_online_tuner_splits_rules_where_the_placements_winners_differ():

@@ -11,7 +11,7 @@ from rich.markup import escape
 from commflow.cli._output import Model, echo_json, err, number, out, table
 from commflow.errors import CommflowError
 from commflow.topology import load
-from commflow.tuning_table import ANY, TuningTable, load_table
+from commflow.tuning_table import ANY, TuningTable, check_nccl_options, load_table
 from commflow.units import format_size, parse_size, size_range
 
 _LARGEST = 2**63 - 1
@@ -36,6 +36,13 @@ def tune(
     nccl_csv: Path = typer.Option(
         None, "--nccl-csv", help="Write NCCL tuner-plugin rules (NCCL_TUNER_CONFIG_FILE) here."
     ),
+    nccl_protocol: str = typer.Option(
+        "simple", "--nccl-protocol",
+        help="Protocol of the --nccl-csv rules: ll, ll128 or simple (NCCL's example plugin "
+             "forces one with the algorithm)."),
+    nccl_channels: int = typer.Option(
+        -1, "--nccl-channels",
+        help="Channels of the --nccl-csv rules; -1: NCCL's own (see docs/tuning.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
 ) -> None:
     """Choose the fastest algorithm per size range: a tuning table that `auto` follows.
@@ -49,8 +56,9 @@ def tune(
     A rule covers the sizes above the previous rule's up to its own (inclusive); the first
     starts at 0 bytes and the last covers every larger size. time(us) is the winner's
     simulated time at the largest size of its range that was tuned. The table is keyed by
-    the topology's fingerprint; --nccl-csv writes the rules whose algorithm NCCL has (ring,
-    double binary tree as tree) for NCCL's example tuner plugin.
+    the topology's fingerprint; --nccl-csv writes the rules whose algorithm NCCL has (ring and
+    multi-ring as ring, double binary tree as tree for allreduce) for NCCL's example tuner
+    plugin, with the protocol and channels --nccl-protocol and --nccl-channels name.
 
     [bold]Examples[/bold]
 
@@ -64,6 +72,7 @@ def tune(
     names = [c.strip() for c in collectives.split(",") if c.strip()]
     if not names:
         raise CommflowError("commflow tune: name at least one collective")
+    check_nccl_options(nccl_protocol, nccl_channels)
     if (topo is None) == (live is None):
         raise CommflowError("commflow tune: give --topo (offline) or --live N (measured)")
     result = (_live_table(live, sizes, names, budget) if live is not None else
@@ -72,7 +81,7 @@ def tune(
         result.save(output)
     if nccl_csv is not None:
         try:
-            nccl_csv.write_text(result.to_nccl_csv())
+            nccl_csv.write_text(result.to_nccl_csv(protocol=nccl_protocol, channels=nccl_channels))
         except OSError as error:
             raise CommflowError(f"cannot write {nccl_csv}: {error.strerror}") from None
     if as_json:

@@ -38,6 +38,7 @@ import numpy as np
 
 from commflow.ina import _kernels
 from commflow.ina._batch import Batch
+from commflow.ina._jobs import Job, grant_table
 from commflow.ina.protocol import (
     EMPTY,
     GROUP,
@@ -93,25 +94,6 @@ class SwitchStats:
 
 
 @dataclass
-class _Job:
-    session: int
-    slots: list[int]
-    addrs: list[Address | None]
-    groups: list[int]
-    calls: list[int]
-    group: Address | None = None
-    joined: int = 0
-    left: int = 0
-    active: float = 0.0
-    waiting: dict[int, tuple[Header, bytes, Address]] = field(default_factory=dict)
-    """JOINs of the next session, held until every worker has left this one."""
-    exps: dict[int, np.ndarray] = field(default_factory=dict)
-    """Per worker whose JOIN carried them: each slot's first block exponent."""
-    first: bytes = b""
-    """The ``JOINED`` payload: the agreed first exponents, or none (phase 0 runs)."""
-
-
-@dataclass
 class Switch:
     """Aggregation state and packet handling, without a socket (``handle`` returns what to
     send); :func:`commflow.ina.serve.run_switch` puts it on UDP."""
@@ -146,7 +128,7 @@ class Switch:
         self._cnt = np.zeros(shape, np.int64)
         self._res = np.zeros((*shape, HEADER.size + 4 * self.values), np.uint8)
         self._free = list(range(self.slots - 1, -1, -1))
-        self._jobs: dict[int, _Job] = {}
+        self._jobs: dict[int, Job] = {}
         self._table: tuple | None = None
         self._session = 0
         self._full = (1 << self.nworkers) - 1
@@ -215,8 +197,8 @@ class Switch:
         if job is None:
             grant = min(max(1, h.slot), len(self._free))
             self._session = self._session % 65535 + 1
-            job = _Job(self._session, [self._free.pop() for _ in range(grant)],
-                       [None] * self.nworkers, [0] * self.nworkers, [0] * self.nworkers)
+            job = Job(self._session, [self._free.pop() for _ in range(grant)],
+                      [None] * self.nworkers, [0] * self.nworkers, [0] * self.nworkers)
             for g in job.slots:
                 self._phase[0][g], self._phase[1][g] = -2, -1
                 self._nseen[0][g] = self._nseen[1][g] = 0
@@ -231,7 +213,7 @@ class Switch:
         was = job.joined
         job.joined |= 1 << h.worker
         if was != self._full:
-            self._first_exponents(job, h, payload)
+            job.keep_first_exponents(h, payload, self.values)
         if job.joined != self._full:
             return []
         if was != self._full:
@@ -246,15 +228,7 @@ class Switch:
                              len(job.slots), self.values), job.first),
                  job.addrs[w]) for w in to]
 
-    def _first_exponents(self, job: _Job, h: Header, payload: bytes) -> None:
-        """Keep the JOIN's first block exponents when they are for this switch's values per
-        packet and cover every granted slot (a JOIN of a new call replaces the last one's)."""
-        grant = len(job.slots)
-        job.exps.pop(h.worker, None)
-        if grant and h.exp == self.values and h.count >= grant:
-            job.exps[h.worker] = np.frombuffer(payload, WIRE, grant).astype(np.int64)
-
-    def _agree(self, job: _Job) -> None:
+    def _agree(self, job: Job) -> None:
         """Once all have joined: the job's multicast group, and when every JOIN carried the
         first exponents, the slots' phase 0 as done with their maxima (the JOINED payload)."""
         if len(set(job.groups)) == 1:
@@ -397,13 +371,5 @@ class Switch:
     def _job_table(self) -> tuple:
         """The jobs holding slots as arrays for the kernel (rebuilt when jobs change)."""
         if self._table is None:
-            held = [(j, job) for j, job in self._jobs.items() if job.slots]
-            width = max([len(job.slots) for _, job in held], default=1)
-            grants = np.zeros((max(1, len(held)), width), np.int64)
-            for k, (_, job) in enumerate(held):
-                grants[k, :len(job.slots)] = job.slots
-            self._table = (np.array([j for j, _ in held], np.int64),
-                           np.array([job.session for _, job in held], np.int64), grants,
-                           np.array([len(job.slots) for _, job in held], np.int64),
-                           [j for j, _ in held])
+            self._table = grant_table(self._jobs)
         return self._table

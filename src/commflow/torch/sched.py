@@ -67,7 +67,6 @@ construction, buffers are not synchronized afterwards (DDP's ``broadcast_buffers
 from __future__ import annotations
 
 import heapq
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -77,6 +76,7 @@ import torch
 import torch.distributed as dist
 
 from commflow.errors import CommflowError
+from commflow.torch._layers import Layer, Partition, grad_views, layer_groups
 from commflow.torch._sender import Sender
 
 
@@ -93,48 +93,6 @@ class Launch:
     """Partitions launched and not yet waited for, this one included."""
     phase: str
     """Where it was launched: ``"backward"``, ``"forward"`` or ``"finish"``."""
-
-
-def _views(flat: torch.Tensor, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
-    """Each parameter's slice of its layer's gradient buffer, shaped like the parameter."""
-    views, start = [], 0
-    for p in params:
-        views.append(flat[start : start + p.numel()].view_as(p))
-        start += p.numel()
-    return views
-
-
-class _Partition:
-    __slots__ = ("layer", "part", "view", "work")
-
-    def __init__(self, layer: _Layer, part: int, view: torch.Tensor) -> None:
-        self.layer, self.part, self.view = layer, part, view
-        self.work: dist.Work | None = None
-
-
-class _Layer:
-    """A layer's parameters, its gradient buffers (one per dtype) cut into partitions, and
-    the state of its current reduction."""
-
-    def __init__(self, index: int, name: str, params: list[torch.nn.Parameter],
-                 partition_bytes: int) -> None:
-        self.index, self.name, self.params = index, name, params
-        self.buffers: list[tuple[torch.Tensor, list[torch.nn.Parameter]]] = []
-        for dtype in dict.fromkeys(p.dtype for p in params):
-            same = [p for p in params if p.dtype == dtype]
-            self.buffers.append((torch.empty(sum(p.numel() for p in same), dtype=dtype), same))
-        self.parts: list[_Partition] = []
-        for flat, _ in self.buffers:
-            step = partition_bytes // flat.element_size()
-            for start in range(0, flat.numel(), step):
-                self.parts.append(_Partition(self, len(self.parts), flat[start : start + step]))
-        self.arrived: set[int] = set()
-        self.pending = False
-        self.left = 0
-        """Partitions not yet reduced in the current reduction."""
-        self.done = threading.Event()
-        """Set once every partition of the current reduction is reduced."""
-        self.optimizer: torch.optim.Optimizer | None = None
 
 
 class PriorityScheduler:
@@ -192,12 +150,12 @@ class PriorityScheduler:
         self.optimizer_factory = optimizer_factory
         self.trace: list[Launch] | None = [] if trace else None
         self._size = dist.get_world_size(process_group)
-        self._layers: list[_Layer] | None = None
-        self._layer_of: dict[int, _Layer] = {}
-        self._by_module: dict[int, _Layer] = {}
+        self._layers: list[Layer] | None = None
+        self._layer_of: dict[int, Layer] = {}
+        self._by_module: dict[int, Layer] = {}
         self._called: dict[int, int] = {}
-        self._queue: list[tuple[int, int, _Partition]] = []
-        self._in_flight: deque[_Partition] = deque()
+        self._queue: list[tuple[int, int, Partition]] = []
+        self._in_flight: deque[Partition] = deque()
         self._sender = (Sender(lambda: [layer.done for layer in self._layers or []])
                         if background else None)
         self._drain_posted = False
@@ -285,7 +243,7 @@ class PriorityScheduler:
         layer.pending = True
         for flat, params in layer.buffers:
             if not all(p.grad.data_ptr() == view.data_ptr()
-                       for p, view in zip(params, _views(flat, params), strict=True)):
+                       for p, view in zip(params, grad_views(flat, params), strict=True)):
                 torch.cat([p.grad.reshape(-1) for p in params], out=flat)
             flat.div_(self._size)
         layer.left = len(layer.parts)
@@ -296,7 +254,7 @@ class PriorityScheduler:
         else:
             self._ready(layer)
 
-    def _ready(self, layer: _Layer) -> None:
+    def _ready(self, layer: Layer) -> None:
         """Queue ``layer``'s partitions and launch with at most one wait for a credit."""
         for part in layer.parts:
             heapq.heappush(self._queue, (layer.index, part.part, part))
@@ -340,7 +298,7 @@ class PriorityScheduler:
             else:
                 self._retire()
 
-    def _complete(self, layer: _Layer, phase: str) -> None:
+    def _complete(self, layer: Layer, phase: str) -> None:
         """Have ``layer``'s partitions reduced (launched in priority order), then apply the
         averaged gradients and the layer's optimizer step.
 
@@ -363,30 +321,13 @@ class PriorityScheduler:
         self.wait_time += time.perf_counter() - start
         layer.pending = False
         for flat, params in layer.buffers:
-            for p, view in zip(params, _views(flat, params), strict=True):
+            for p, view in zip(params, grad_views(flat, params), strict=True):
                 p.grad = view
         if layer.optimizer is not None:
             layer.optimizer.step()
             layer.optimizer.zero_grad(set_to_none=True)
 
     # -- set-up -----------------------------------------------------------------------------
-    def _fused(self, order: list[tuple[torch.nn.Module, list[torch.nn.Parameter]]]
-               ) -> list[list[tuple[torch.nn.Module, list[torch.nn.Parameter]]]]:
-        """Consecutive owners (in forward order) joined while their gradients total at most
-        :attr:`fuse_bytes` (each owner alone with 0): one reduction for several small
-        layers, ready when the first of them (the last in backward) has its gradients."""
-        groups: list[list[tuple[torch.nn.Module, list[torch.nn.Parameter]]]] = []
-        size = 0
-        for owner in order:
-            nbytes = sum(p.numel() * p.element_size() for p in owner[1])
-            if groups and size + nbytes <= self.fuse_bytes:
-                groups[-1].append(owner)
-                size += nbytes
-            else:
-                groups.append([owner])
-                size = nbytes
-        return groups
-
     def _sync_replicas(self) -> None:
         with torch.no_grad():
             for t in [*self.model.parameters(), *self.model.buffers()]:
@@ -394,36 +335,14 @@ class PriorityScheduler:
 
     def _form_layers(self) -> None:
         """Group the parameters into layers ordered by forward start (first backward)."""
-        parent: dict[int, torch.nn.Module] = {}
-        names: dict[int, str] = {}
-        for name, module in self.model.named_modules():
-            names[id(module)] = name or type(module).__name__
-            for child in module.children():
-                parent.setdefault(id(child), module)
-        owners: dict[int, tuple[torch.nn.Module, list[torch.nn.Parameter]]] = {}
-        seen: set[int] = set()
-        for module in self.model.modules():
-            own = [p for p in module.parameters(recurse=False)
-                   if p.requires_grad and id(p) not in seen]
-            if not own:
-                continue
-            seen.update(id(p) for p in own)
-            owner = module
-            while id(owner) not in self._called and id(owner) in parent:
-                owner = parent[id(owner)]
-            owners.setdefault(id(owner), (owner, []))[1].extend(own)
-        unseen = len(self._called)  # owners never called: after the others, in module order
-        order = sorted(owners.values(), key=lambda o: self._called.get(id(o[0]), unseen))
         self._layers = []
-        for index, group in enumerate(self._fused(order)):
-            params = [p for _, ps in group for p in ps]
-            layer = _Layer(index, "+".join(names[id(m)] for m, _ in group), params,
-                           self.partition_bytes)
+        for index, (name, modules, params) in enumerate(
+                layer_groups(self.model, self._called, self.fuse_bytes)):
+            layer = Layer(index, name, params, self.partition_bytes)
             if self.optimizer_factory is not None:
                 layer.optimizer = self.optimizer_factory(params)
             self._layers.append(layer)
-            self._by_module.update((id(m), layer) for m, _ in group)
+            self._by_module.update((id(m), layer) for m in modules)
             self._layer_of.update((id(p), layer) for p in params)
         for key in [k for k in self._handles if k not in self._by_module]:
             self._handles.pop(key).remove()
-

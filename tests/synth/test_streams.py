@@ -14,7 +14,14 @@ from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Op, verify
 from commflow.sim import lower_bound, simulate
-from commflow.synth import WeightedTree, apportion, logical_edges, streams, synthesize
+from commflow.synth import (
+    WeightedTree,
+    apportion,
+    logical_edges,
+    stream_schedule,
+    streams,
+    synthesize,
+)
 from commflow.synth.boxes import dedicated_edges
 from commflow.synth.list_schedule import DOWN_HOP, UP_HOP, list_schedule
 from commflow.synth.streams import deal, lower_streams
@@ -192,13 +199,13 @@ def test_programs_replay_their_list_schedule_exactly(monkeypatch):
         seen.append(list_schedule(*args))
         return seen[-1]
 
-    monkeypatch.setattr(streams, "list_schedule", spy)
+    monkeypatch.setattr(stream_schedule, "list_schedule", spy)
     for collective in ("allgather", "reducescatter", "allreduce"):
         before = len(seen)
         program = synthesize(collective, DGX1, pieces=16)
         result = simulate(program, DGX1, streams.REFERENCE_SIZE, model="flow")
         tried = [arrival.max() for arrival in seen[before:]]
-        assert len(tried) == len(streams.TAIL_WEIGHTS)  # the one finishing first is lowered
+        assert len(tried) == len(stream_schedule.TAIL_WEIGHTS)  # the one finishing first is lowered
         assert result.time == pytest.approx(min(tried), rel=1e-9)
 
 
@@ -206,8 +213,8 @@ def test_hops_ahead_count_the_longest_path_left_from_each_hop():
     # an allreduce chunk on the line 0 - 1 - 2 rooted at 0: up 2 -> 1 -> 0, then down again
     line = np.array([[-1, 0, 1]])
     one = np.zeros(1, dtype=np.int64)
-    ahead = streams.hops_ahead(one, one, one, line, line)
+    ahead = stream_schedule.hops_ahead(one, one, one, line, line)
     assert ahead[DOWN_HOP].tolist() == [[0.0, 2.0, 1.0]]  # into 1: it and 1 -> 2
     assert ahead[UP_HOP].tolist() == [[0.0, 3.0, 4.0]]  # out of 2: two up, two down
-    gather = streams.hops_ahead(one, np.full(1, -1), one, np.zeros((0, 3)), line)
+    gather = stream_schedule.hops_ahead(one, np.full(1, -1), one, np.zeros((0, 3)), line)
     assert gather[UP_HOP].tolist() == [[0.0, 0.0, 0.0]]

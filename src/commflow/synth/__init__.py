@@ -8,7 +8,8 @@
 - :mod:`~commflow.synth.trees`: fractional spanning-tree packing by column generation
   (Blink), rounded to whole shares: the fallback.
 - :mod:`~commflow.synth.lower`: packings to programs, every share on channels of its own;
-  :mod:`~commflow.synth.streams`: one stream per edge (edges with links of their own).
+  :mod:`~commflow.synth.streams`: one stream per edge (edges with links of their own),
+  replaying the list schedule of :mod:`~commflow.synth.stream_schedule`.
 - :mod:`~commflow.synth.alltoall_lp`: alltoall by a multi-commodity flow LP.
 - :mod:`~commflow.synth.steps`: SCCL (steps, rounds, chunks) MILP and :func:`pareto`.
 - :mod:`~commflow.synth.show`: a program's link loads drawn on its topology.

@@ -1,5 +1,5 @@
 """Compiled (numba) list scheduling of chunks along trees over edges with links of their own,
-for the schedule keys of :mod:`commflow.synth.streams`.
+for the streams lowering's schedule keys (:mod:`commflow.synth.stream_schedule`).
 
 Every chunk of every root moves along its trees: up an in-tree (a rank sends its partial
 once every child's has arrived), then down an out-tree from the root (a rank forwards what it

@@ -11,11 +11,11 @@ may be any reals:
 1. Each root's data is cut into ``pieces`` equal chunks, dealt to its trees by weight
    (:func:`~commflow.synth.rounding.apportion`) in stride order, so that every tree's chunks
    are spread evenly over the data (allreduce deals to its up-trees and its down-trees apart).
-2. The chunks are list-scheduled at ``size`` bytes (:mod:`commflow.synth.list_schedule`):
+2. The chunks are list-scheduled at ``size`` bytes (:mod:`commflow.synth.stream_schedule`):
    each edge sends one chunk at a time and never idles while a chunk waits for it, the
    chunk earliest in its root's data first, moved earlier by a weight of the hops still
-   ahead of it (each of :data:`TAIL_WEIGHTS`; the schedule that finishes first is kept). A
-   step's key is the time its hop arrives.
+   ahead of it (each of :data:`~commflow.synth.stream_schedule.TAIL_WEIGHTS`; the schedule
+   that finishes first is kept). A step's key is the time its hop arrives.
 3. Every stream runs its steps in key order and every rank reduces its children's partials
    of a chunk in the order they arrive, so the program replays that schedule (exactly, on
    links no other stream uses, as the flow model times them), and keys grow along every
@@ -41,7 +41,6 @@ this on MSCCL targets.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -51,31 +50,15 @@ from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Buffer, Op, Program, Ref, make_program
 from commflow.synth.links import LogicalEdges
-from commflow.synth.list_schedule import DOWN_HOP, UP_HOP, list_schedule
+from commflow.synth.list_schedule import DOWN_HOP, UP_HOP
 from commflow.synth.lower import DOWN, UP, chunk_refs, step_row, trees_of
 from commflow.synth.rounding import apportion
+from commflow.synth.stream_schedule import schedule_chunks, tree_depths, tree_heights
 from commflow.synth.trees import WeightedTree
 
 REFERENCE_SIZE = float(2**30)
 """Bytes of the collective the chunks are scheduled at by default (large messages, where the
 bandwidth objective matters)."""
-
-TAIL_WEIGHTS = tuple(k / 10 for k in range(11))
-"""Weights of the hops still ahead of a chunk in its list-schedule priority (a hop with one
-more ahead goes as if ``weight`` chunks earlier in its root's data): every one is scheduled
-and the schedule that finishes first is lowered. FIFO alone (0) leaves the busiest links idle
-for the last ~6% of MI250 x2 allgather at 48 pieces per root, waiting for chunks with long
-paths still ahead; weighing them in shortens that tail (6.3% below the default synthesis,
-then 4.9%)."""
-
-TAILED_PIECES = 256
-"""Most pieces per root for which every one of :data:`TAIL_WEIGHTS` is scheduled (FIFO alone
-beyond: the tail shrinks with the pieces, MI250 x2 allgather at its default 4,032 gains
-0.06%, and each schedule of its 129,024 chunks takes seconds)."""
-
-_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
-"""Stagger of the roots' chunk positions (root ``r`` starts at ``r * _GOLDEN mod 1`` of a
-chunk), so that chunks of different roots rarely tie for an edge in the list schedule."""
 
 
 def lower_streams(
@@ -117,9 +100,9 @@ def lower_streams(
         downs = trees_of(down, r, collective in DOWN, name)
         dealt.append((r, ups, deal(ups, pieces), downs, deal(downs, pieces)))
     root_bytes = size if collective.rooted else size / n
-    arrival = _schedule(edges, dealt, pieces, root_bytes / pieces)
-    depths = (max((max(_depths(t.parent)) for t in up), default=0),
-              max((max(_depths(t.parent)) for t in down), default=0))
+    arrival = schedule_chunks(edges, dealt, pieces, root_bytes / pieces)
+    depths = (max((max(tree_depths(t.parent)) for t in up), default=0),
+              max((max(tree_depths(t.parent)) for t in down), default=0))
     steps = _Steps(collective, n, len(dealt) * pieces, arrival, levels, depths)
     for i, (r, ups, up_of, downs, down_of) in enumerate(dealt):
         block = 0 if collective.rooted else r * pieces
@@ -159,98 +142,6 @@ def deal(trees: Sequence[WeightedTree], pieces: int) -> np.ndarray:
     marks = np.concatenate([(np.arange(c) + 0.5) / c for c in counts if c])
     owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     return owner[np.argsort(marks, kind="stable")]
-
-
-def _schedule(edges: LogicalEdges, dealt: list, pieces: int, chunk_bytes: float) -> np.ndarray:
-    """List-schedule every chunk of ``dealt`` (per root: ``(root, up-trees, their chunks,
-    down-trees, theirs)``) over ``edges`` at ``chunk_bytes`` bytes a chunk; the arrival of
-    every hop as :func:`~commflow.synth.list_schedule.list_schedule` gives it. Chunk ``c`` of
-    the ``i``-th root is instance ``i * pieces + c``, placed in its root's data at
-    ``(c + i * golden ratio mod 1) / pieces``."""
-    n = edges.nranks
-    ups = [t for _, trees, *_ in dealt for t in trees]
-    downs = [t for *_, trees, _ in dealt for t in trees]
-    up_parent = np.array([t.parent for t in ups] or np.zeros((0, n)), dtype=np.int64)
-    down_parent = np.array([t.parent for t in downs] or np.zeros((0, n)), dtype=np.int64)
-    roots, up_tree, down_tree, priority = [], [], [], []
-    up_base = down_base = 0
-    for i, (r, up_trees, up_of, down_trees, down_of) in enumerate(dealt):
-        roots.append(np.full(pieces, r))
-        up_tree.append(np.where(up_of >= 0, up_of + up_base, -1))
-        down_tree.append(np.where(down_of >= 0, down_of + down_base, -1))
-        priority.append((np.arange(pieces) + (i * _GOLDEN) % 1.0) / pieces)
-        up_base += len(up_trees)
-        down_base += len(down_trees)
-    up_tree, down_tree = np.concatenate(up_tree), np.concatenate(down_tree)
-    capacity = np.zeros(n * n, dtype=np.int64)
-    for tree_of, parent, reverse in ((up_tree, up_parent, True), (down_tree, down_parent, False)):
-        used = np.bincount(tree_of[tree_of >= 0], minlength=len(parent))
-        for t, count in enumerate(used.tolist()):
-            child = np.flatnonzero(parent[t] >= 0)
-            ids = child * n + parent[t][child] if reverse else parent[t][child] * n + child
-            capacity[ids] += count
-    seconds = edges.seconds.toarray().max(axis=1) * chunk_bytes
-    latency = edges.load @ np.array([link.latency for link in edges.topology.links])
-    dur = np.zeros(n * n)
-    lat = np.zeros(n * n)
-    dur[edges.src * n + edges.dst] = seconds
-    lat[edges.src * n + edges.dst] = latency
-    roots = np.concatenate(roots).astype(np.int64)
-    ahead = hops_ahead(roots, up_tree, down_tree, up_parent, down_parent).ravel() / pieces
-    up_tree, down_tree = up_tree.astype(np.int64), down_tree.astype(np.int64)
-    priority = np.concatenate(priority)
-    best = None
-    weights = TAIL_WEIGHTS if pieces <= TAILED_PIECES else TAIL_WEIGHTS[:1]
-    for weight in weights:  # the schedule finishing first; ties: the least weight
-        arrival = list_schedule(n, roots, up_tree, down_tree, priority, up_parent, down_parent,
-                                dur, lat, capacity, -weight * ahead)  # fmt: skip
-        if best is None or arrival.max() < best.max():
-            best = arrival
-    return best
-
-
-def hops_ahead(roots: np.ndarray, up_tree: np.ndarray, down_tree: np.ndarray,
-                up_parent: np.ndarray, down_parent: np.ndarray) -> np.ndarray:
-    """Hops on the longest path still ahead of each hop's chunk, the hop included, indexed as
-    the list schedule's arrivals: down into ``v``, one more than the height of ``v`` in its
-    out-tree; up out of ``v``, its depth in the in-tree plus the height of the out-tree that
-    follows from the root (allreduce); 0 where there is no hop."""
-    n = up_parent.shape[1] if len(up_parent) else down_parent.shape[1]
-    height = np.array([_heights(p, _depths(p)) for p in down_parent.tolist()],
-                      dtype=np.float64).reshape(-1, n)
-    depth = np.array([_depths(p) for p in up_parent.tolist()], dtype=np.float64).reshape(-1, n)
-    ahead = np.zeros((2, len(roots), n))
-    down, up = down_tree >= 0, up_tree >= 0
-    ahead[DOWN_HOP, down] = 1.0 + height[down_tree[down]]
-    after = np.zeros(len(roots))
-    both = up & down
-    after[both] = height[down_tree[both], roots[both]]
-    ahead[UP_HOP, up] = depth[up_tree[up]] + after[up, None]
-    ahead[DOWN_HOP, down] *= down_parent[down_tree[down]] >= 0  # no hop into a root
-    ahead[UP_HOP, up] *= up_parent[up_tree[up]] >= 0
-    return ahead
-
-
-def _depths(parent: Sequence[int]) -> list[int]:
-    """Hops from the root to each rank of the tree with these parents."""
-    depth = [-1] * len(parent)
-    for rank in range(len(parent)):
-        path = [rank]
-        while parent[path[-1]] >= 0 and depth[path[-1]] < 0:
-            path.append(parent[path[-1]])
-        base = depth[path[-1]] if depth[path[-1]] >= 0 else 0
-        for hops, v in enumerate(reversed(path)):
-            depth[v] = base + hops
-    return depth
-
-
-def _heights(parent: Sequence[int], depth: Sequence[int]) -> list[int]:
-    """Hops from each rank down to the deepest rank below it."""
-    height = [0] * len(parent)
-    for v in sorted(range(len(parent)), key=lambda v: -depth[v]):
-        if parent[v] >= 0:
-            height[parent[v]] = max(height[parent[v]], height[v] + 1)
-    return height
 
 
 class _Steps:
@@ -346,8 +237,8 @@ class _Steps:
         ``children``; the root's last step."""
         n = self.n
         last: tuple[int, ...] = ()
-        depth = _depths(tree.parent)
-        height = _heights(tree.parent, depth)
+        depth = tree_depths(tree.parent)
+        height = tree_heights(tree.parent, depth)
         for rank in range(n):
             acc = final if rank == tree.root else partial
             deps: tuple[int, ...] = ()
@@ -380,8 +271,8 @@ class _Steps:
     def _down(self, tree: Tree, src: Ref, dst: Ref, after) -> None:
         """Broadcast a chunk down ``tree`` from its root's ``src`` (after ``after``)."""
         n = self.n
-        depth = _depths(tree.parent)
-        height = _heights(tree.parent, depth)
+        depth = tree_depths(tree.parent)
+        height = tree_heights(tree.parent, depth)
         for rank in range(n):
             deps, source = after, src
             if rank != tree.root:

@@ -123,6 +123,9 @@ def test_another_protocol_version_is_answered_with_bad_version():
     h, _ = unpack(notice)
     assert (h.kind, h.reason, addr) == (Kind.REJECT, Reason.BAD_VERSION, ADDRS[1])
     assert sw.stats.malformed == 1 and "protocol version 3" in sw.stats.last_error
+    other_notice = bytearray(notice)
+    other_notice[4] += 1
+    assert sw.handle(bytes(other_notice), ADDRS[1], now=0.0) == []  # never answered
 
 
 def test_noslot_when_the_pool_is_taken_and_leave_frees_it():

@@ -200,10 +200,14 @@ def unpack(data: bytes) -> tuple[Header, memoryview]:
                   _REASONS[reason]), payload
 
 
-def version_notice() -> bytes:
-    """What the switch answers to a datagram of another protocol version: a ``REJECT``
-    (``BAD_VERSION``) in its own version, so that a worker of any version that checks the
-    version byte learns both and stops (:class:`InaVersionError`) instead of timing out."""
+def version_notice(data: bytes) -> bytes | None:
+    """What the switch answers to ``data``, a datagram of another protocol version: a
+    ``REJECT`` (``BAD_VERSION``) in its own version, so that a worker of any version that
+    checks the version byte learns both and stops (:class:`InaVersionError`) instead of
+    timing out; ``None`` when ``data`` is a ``REJECT`` itself (two switches of different
+    versions never answer each other's notices)."""
+    if data[5:6] == bytes([Kind.REJECT]):
+        return None
     return pack(Header(Kind.REJECT, 0, reason=Reason.BAD_VERSION))
 
 

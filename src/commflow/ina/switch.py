@@ -151,7 +151,8 @@ class Switch:
         except InaProtocolError as e:
             self.stats.malformed += 1
             self.stats.last_error = f"from {addr[0]}:{addr[1]}: {e}"
-            return [(version_notice(), addr)] if isinstance(e, InaVersionError) else []
+            notice = version_notice(data) if isinstance(e, InaVersionError) else None
+            return [] if notice is None else [(notice, addr)]
         reason = self._check(h)
         if reason is not Reason.NONE:
             return self._reject(h, reason, addr)

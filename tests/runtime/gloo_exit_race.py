@@ -15,7 +15,7 @@ import numpy as np
 
 import commflow.runtime as runtime
 from commflow.runtime.launcher import free_port
-from commflow.runtime.transport.engine import tag_of
+from commflow.runtime.transport.wire import tag_of
 
 
 class SlowExit:

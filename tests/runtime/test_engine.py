@@ -27,7 +27,7 @@ from commflow.errors import CommflowError
 from commflow.runtime.cluster import link_delay
 from commflow.runtime.errors import CommMismatchError
 from commflow.runtime.launcher import free_port
-from commflow.runtime.transport import engine
+from commflow.runtime.transport import engine, wire
 from commflow.runtime.transport.routed import RoutedTransport, host_indices, host_key
 
 from .harness import run_world
@@ -244,7 +244,7 @@ def test_mismatched_calls_across_hosts_raise_mismatch(place):
 def _garbage(comm):
     if comm.rank == 1:
         garbage = np.full(engine.HEADER_BYTES + 16, 0x5A, np.uint8)
-        request = comm.transport.engine.wire.isend(garbage, 0, engine.tag_of(0, 0))
+        request = comm.transport.engine.wire.isend(garbage, 0, wire.tag_of(0, 0))
         while not request.done():
             time.sleep(1e-3)
         return None
@@ -360,12 +360,12 @@ def test_host_keys_group_ranks_in_order_of_their_first_rank():
 
 
 def test_tags_separate_communicators_slots_and_channels():
-    assert engine.tag_of(0, 0) == 0
-    assert engine.tag_of(3, 5) == 3 << 16 | 5
-    assert engine.tag_of(3, 5, slot=2) == 3 << 16 | 2 << 12 | 5
-    assert engine.tag_of(0, 1 << 30) == 0xFFF  # the point-to-point channel
-    assert engine.tag_of(0, 1 << 30, slot=engine.SLOTS - 1) < engine.tag_of(1, 0)
-    assert engine.tag_of(1 << 15, 0) == 0 and engine.tag_of(0x7FFF, 0xFFF, 15) < 2**31
+    assert wire.tag_of(0, 0) == 0
+    assert wire.tag_of(3, 5) == 3 << 16 | 5
+    assert wire.tag_of(3, 5, slot=2) == 3 << 16 | 2 << 12 | 5
+    assert wire.tag_of(0, 1 << 30) == 0xFFF  # the point-to-point channel
+    assert wire.tag_of(0, 1 << 30, slot=engine.SLOTS - 1) < wire.tag_of(1, 0)
+    assert wire.tag_of(1 << 15, 0) == 0 and wire.tag_of(0x7FFF, 0xFFF, 15) < 2**31
 
 
 def _in_flight_together(comm):
@@ -471,9 +471,9 @@ def test_link_delay_reads_microseconds_and_rejects_nonsense():
 
 def test_unknown_engine_and_missing_rendezvous_are_clear_errors():
     with pytest.raises(CommflowError, match="unknown engine 'nccl'"):
-        engine.open_wire("nccl", rank=0, size=2, job="j", timeout=1, env={})
+        wire.open_wire("nccl", rank=0, size=2, job="j", timeout=1, env={})
     with pytest.raises(CommflowError, match="set MASTER_ADDR and MASTER_PORT"):
-        engine.open_wire("gloo", rank=0, size=2, job="j", timeout=1, env={})
+        wire.open_wire("gloo", rank=0, size=2, job="j", timeout=1, env={})
 
 
 def test_a_negative_delay_is_refused():

@@ -20,7 +20,7 @@ import numpy as np
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
 from commflow.ir import Program
-from commflow.runtime import fastpath, flight, lean, programs
+from commflow.runtime import fastpath, flight, flight_dumps, lean, programs
 from commflow.runtime.arrays import as_numpy, like
 from commflow.runtime.calls import Call, check_timeout, in_place
 from commflow.runtime.running import CallRunner
@@ -46,7 +46,7 @@ class Communicator(CallRunner):
         self.flight_config = flight_config or flight.FlightConfig.from_env(os.environ, spec.job)
         shm = transport if isinstance(transport, ShmTransport) else getattr(transport, "shm", None)
         self._host = getattr(shm, "host", None)
-        self._flight = flight.attach(self.flight_config, host=self._host, meta={
+        self._flight = flight_dumps.attach(self.flight_config, host=self._host, meta={
             "job": spec.job, "comm_id": comm_id, "rank": self.rank, "global_rank": spec.rank,
             "nranks": self.size, "ranks": list(self.ranks)})
         self._splits = 0

@@ -13,9 +13,9 @@ from commflow.runtime.communicator import Communicator
 from commflow.runtime.protocol import checksum_from_env
 from commflow.runtime.shm import SharedRegion, segment_name
 from commflow.runtime.token import shm_token
-from commflow.runtime.transport.engine import open_wire
 from commflow.runtime.transport.routed import RoutedTransport, host_indices, host_key
 from commflow.runtime.transport.shm import ShmHost, ShmLayout, ShmTransport
+from commflow.runtime.transport.wire import open_wire
 from commflow.runtime.world import WorldSpec, detect_world
 
 DEFAULT_TIMEOUT = 300.0

@@ -14,7 +14,7 @@ import numpy as np
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
 from commflow.ir import Program
-from commflow.runtime import fastpath, flight, programs
+from commflow.runtime import fastpath, flight, flight_dumps, programs
 from commflow.runtime.arrays import flat
 from commflow.runtime.calls import Call, Handle, check_timeout, in_place
 from commflow.runtime.errors import CommAbortedError, CommError, CommTimeoutError
@@ -149,7 +149,7 @@ class CallRunner:
     def _guarded(self, work: Callable[[], None], entry=None) -> None:
         """Run ``work`` (the operation of flight record ``entry``, if known); a timeout
         marks the communicator unusable (see :meth:`_check_usable`); any failure dumps the
-        flight record (see :func:`commflow.runtime.flight.report_failure`)."""
+        flight record (see :func:`commflow.runtime.flight_dumps.report_failure`)."""
         self._check_usable()
         try:
             work()
@@ -157,7 +157,7 @@ class CallRunner:
             if isinstance(err, CommTimeoutError):
                 self._broken = f"a timeout ({err.op} #{err.seq})"
             if self._flight is not None:
-                flight.report_failure(self._flight, self._host, self.spec.rank, err, entry)
+                flight_dumps.report_failure(self._flight, self._host, self.spec.rank, err, entry)
             raise
 
     def _next_seq(self) -> int:

@@ -51,7 +51,7 @@ def shm_token(*, rank: int, job: str, env: Mapping[str, str], source: str, timeo
     agree on one through. Every rank of the job must call it (it may be collective).
 
     ``source`` is where the world came from (``"mpi"`` enables the MPI broadcast), ``wire``
-    an engine :class:`~commflow.runtime.transport.engine.Wire`, ``store`` a torch.distributed
+    an engine :class:`~commflow.runtime.transport.wire.Wire`, ``store`` a torch.distributed
     store. Raises ``CommflowError`` on a malformed token."""
     if env.get(TOKEN_ENV):
         return _checked(env[TOKEN_ENV], TOKEN_ENV)

@@ -1,5 +1,5 @@
 """Point-to-point messages between hosts through an existing engine: torch.distributed's gloo
-(:mod:`.gloo`) or MPI through mpi4py (:mod:`.mpi`).
+(:mod:`.gloo`) or MPI through mpi4py (:mod:`.mpi`), each a :class:`~.wire.Wire`.
 
 A message of ``total`` bytes travels as ``max(1, ceil(total / FRAGMENT))`` engine messages,
 each a 64-byte header (:mod:`commflow.runtime.protocol`) followed by at most ``FRAGMENT``
@@ -29,8 +29,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from commflow.runtime.protocol import (
     payload_checksum,
 )
 from commflow.runtime.transport.shm import _byte_spans
+from commflow.runtime.transport.wire import Request, Wire, tag_of
 
 FRAGMENT = 1 << 20
 """Payload bytes per engine message at most."""
@@ -63,81 +64,10 @@ SLOTS = 4
 """Operations of one communicator in flight at once over a threaded wire (each on engine tags
 of its own)."""
 
-ENGINES = ("gloo", "mpi")
-"""Engines :func:`open_wire` can open."""
-
 T = TypeVar("T")
 
-_SHARED_CODE = 0xFFF
-_SLOT_BITS = 4
 _POLL_SLICE = 50e-6
 _SLEEP_SLICE = 2e-3
-
-
-class Request(Protocol):
-    """One engine send or receive in flight."""
-
-    def done(self) -> bool:
-        """True once complete; raises ``CommAbortedError`` when the engine failed it."""
-
-
-class Wire(Protocol):
-    """Tagged, non-blocking point-to-point messages of raw bytes between the job's ranks."""
-
-    rank: int
-    """This process's rank in the job."""
-    size: int
-    """Number of ranks in the job."""
-    polled: bool
-    """True when requests progress only while tested (MPI): waiters must poll, not sleep."""
-    threaded: bool
-    """True when requests may be posted and tested from several threads at once (gloo)."""
-    on_complete: Callable[[], None]
-    """Called (from the engine's threads) after a request completes, when not ``polled``."""
-
-    def isend(self, data: np.ndarray, peer: int, tag: int) -> Request:
-        """Start sending the bytes of ``data`` (uint8, kept alive by the caller) to ``peer``;
-        ``CommAbortedError`` when the engine cannot (e.g. the peer is gone)."""
-
-    def irecv(self, data: np.ndarray, peer: int, tag: int) -> Request:
-        """Start receiving a message of at most ``len(data)`` bytes from ``peer``;
-        ``CommAbortedError`` when the engine cannot."""
-
-    def allgather(self, data: bytes) -> list[bytes]:
-        """Every rank's ``data`` (all of one length), by rank; blocking."""
-
-
-def tag_of(comm: int, channel: int, slot: int = 0) -> int:
-    """The engine tag of ``(comm, slot, channel)``: ``comm`` modulo 2**15 in the high bits,
-    the slot (below 16) in the next 4, the channel in the low 12 (channels from 4095 up, e.g.
-    the point-to-point channel, share one code). Streams that share a tag stay ordered;
-    headers tell them apart."""
-    return (comm & 0x7FFF) << 16 | slot << 12 | min(channel, _SHARED_CODE)
-
-
-def open_wire(
-    engine: str, *, rank: int, size: int, job: str, timeout: float, env: Mapping[str, str],
-    store=None,
-) -> Wire:
-    """Connect this rank to the job's other ranks through ``engine`` (``"gloo"``: rendezvous
-    at ``MASTER_ADDR:MASTER_PORT`` from ``env``, or through ``store``, a torch.distributed
-    store, when given; ``"mpi"``: ``MPI.COMM_WORLD``).
-
-    Blocks until every rank has joined or ``timeout`` seconds passed. Raises
-    ``CommflowError`` for an unknown engine, a missing package or a failed rendezvous.
-    """
-    if engine == "gloo":
-        from commflow.runtime.transport.gloo import GlooWire
-
-        return GlooWire.connect(rank=rank, size=size, job=job, timeout=timeout, env=env,
-                                store=store)
-    if engine == "mpi":
-        from commflow.runtime.transport.mpi import MpiWire
-
-        return MpiWire.connect(rank=rank, size=size)
-    raise CommflowError(
-        f"unknown engine {engine!r} (COMMFLOW_ENGINE): use one of {', '.join(ENGINES)}"
-    )
 
 
 def _fragments(total: int) -> list[tuple[int, int]]:

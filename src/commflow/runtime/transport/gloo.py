@@ -104,7 +104,7 @@ atexit.register(_exit_if_blocked)
 
 
 class GlooWire:
-    """Tagged point-to-point messages over a gloo process group; see :class:`.engine.Wire`."""
+    """Tagged point-to-point messages over a gloo process group; see :class:`.wire.Wire`."""
 
     polled = False
     threaded = True

@@ -29,7 +29,7 @@ class MpiRequest:
 
 
 class MpiWire:
-    """Tagged point-to-point messages over MPI; see :class:`.engine.Wire`."""
+    """Tagged point-to-point messages over MPI; see :class:`.wire.Wire`."""
 
     polled = True
     threaded = False

@@ -18,13 +18,14 @@ import numpy as np
 
 from commflow.runtime.errors import CommError, CommMismatchError
 from commflow.runtime.protocol import Signature
-from commflow.runtime.transport.engine import EngineEndpoint, EngineTransport, Wire
+from commflow.runtime.transport.engine import EngineEndpoint, EngineTransport
 from commflow.runtime.transport.shm import (
     ABORT_ERROR,
     ABORT_MISMATCH,
     ShmEndpoint,
     ShmTransport,
 )
+from commflow.runtime.transport.wire import Wire
 
 
 def host_key(env: Mapping[str, str]) -> bytes:

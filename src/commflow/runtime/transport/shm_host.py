@@ -92,7 +92,7 @@ class ShmHost:
         self.abort_word = region.array(np.int64, 64, 3)  # code, rank, seq
         self.dump_word = region.array(np.int32, 88, 1)
         """0, or the global rank + 1 of the first rank that failed and asked every local rank
-        to dump its flight record (:mod:`commflow.runtime.flight`)."""
+        to dump its flight record (:mod:`commflow.runtime.flight_dumps`)."""
         self.dump_address = region.address(88)
         self.attached = region.array(np.int32, 128, layout.nlocal)
         bells = region.array(np.int32, 4096, layout.nlocal * LINE // 4).reshape(layout.nlocal, -1)

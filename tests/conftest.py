@@ -4,6 +4,7 @@ folders and whatever else the ranks a test starts write under their temporary di
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -13,7 +14,9 @@ _FOLDER = tempfile.mkdtemp(prefix="commflow-tests-")
 
 def pytest_configure(config) -> None:
     """Before any test: this process and every process it starts write temporary files in
-    the suite's folder."""
+    the suite's folder; multiprocessing's own folder of this process (its forkserver's
+    socket) stays where multiprocessing removes it at exit, after this folder is gone."""
+    multiprocessing.util.get_temp_dir()
     os.environ["TMPDIR"] = _FOLDER
     tempfile.tempdir = _FOLDER
 

@@ -42,7 +42,8 @@ def tune(
              "forces one with the algorithm)."),
     nccl_channels: int = typer.Option(
         -1, "--nccl-channels",
-        help="Channels of the --nccl-csv rules; -1: NCCL's own (see docs/tuning.md)."),
+        help="Channels of the --nccl-csv rules; -1 means NCCL's own in the plugin's format, "
+             "but NCCL's example plugin then reports 1 channel (docs/tuning.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
 ) -> None:
     """Choose the fastest algorithm per size range: a tuning table that `auto` follows.

@@ -11,7 +11,7 @@ from commflow.collectives import Collective
 from commflow.errors import CommflowError
 from commflow.runtime import programs
 from commflow.tuning_table import Rule, TuningTable, from_json
-from tests.runtime.harness import run_world
+from tests.runtime.harness import flight_entries, run_world
 
 SIZES = [1024, 1 << 20]
 
@@ -108,10 +108,9 @@ def _variant_rule(comm, path):
     comm.allreduce(x[:256])
     comm.allgather(x)  # no rule for allgather: the built-in choice
     names = candidates(comm, Collective.ALLREDUCE)
-    entries = json.loads(comm.dump_flight_record(f"{path}.{comm.rank}.flight").read_text())
     return (got.tolist() == (x / (comm.rank + 1) * 3).tolist(), names,
             distinct(names, Collective.ALLREDUCE, 1024, comm.size),
-            [e["algorithm"] for e in entries["entries"]])
+            [e["algorithm"] for e in flight_entries(comm)])
 
 
 def test_auto_runs_the_fast_path_variant_a_table_names(tmp_path):

@@ -131,8 +131,10 @@ def _thp_eligible(a: np.ndarray) -> int:
 
 
 def test_the_tuner_times_on_small_pages_where_numpy_would_take_huge_ones():
-    """A single-copy call pins every page it touches, so the tuner's buffers must have the
-    4 KiB pages of a torch tensor, not the huge pages numpy asks for large arrays."""
+    """A single-copy call pins every page it touches, so a variant's time depends on the
+    pages: the tuner's rounds time on the 4 KiB pages of a torch tensor and its re-check on
+    the huge pages numpy asks for large arrays, and a variant is kept only if it wins on
+    both."""
     from commflow.tune.online import buffer, small_pages
 
     with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:

@@ -4,18 +4,19 @@ the ranks share) and the host model (that bus with a per-call overhead, CPU per 
 cache knee).
 
 Run: ``.venv/bin/python benchmarks/calibrate_live.py FILE.json ...`` (``commflow bench
---algo all --json-out`` files). Per rank count and model: the fit on one half of the
-measurements (``commflow.tune.calibrate``), then the median absolute error on the other half,
-overall and per collective. One markdown row each. Halves:
+--algo all --json-out`` files). Per transport (``shm``: one host; ``engine``: runs of
+``commflow bench --hosts N`` with a host per rank), rank count and model: the fit on one half
+of the measurements (``commflow.tune.calibrate``), then the median absolute error on the
+other half, overall and per collective. One markdown row each. Halves:
 
 - ``random``: a random half (seeded), so every size and algorithm is both fitted and reported;
 - ``sizes``: every other size (16 B, 256 B, ... fitted; 64 B, 1 KiB, ... reported);
 - ``algorithms``: every other algorithm of each collective (by name), so the reported
   programs are ones the fit never saw.
 
-With several rank counts, a last row fits the host model once to all of them (random half):
-the CPU share (``ranks / 2`` CPUs) must then carry the difference between them. The
-measuring host had 2 usable CPUs (``cpus=2``).
+With several rank counts, a last row per transport fits the host model once to all of them
+(random half): the CPU share (``ranks / 2`` CPUs) must then carry the difference between
+them. The measuring host had 2 usable CPUs (``cpus=2``).
 """
 
 from __future__ import annotations
@@ -57,18 +58,22 @@ def main(paths: list[str]) -> None:
         with open(path) as f:
             records += json.load(f)
     measured = from_records(records)
-    print("| ranks | model | held out | fit / held out | alpha (us) | transfer GB/s | "
+    print("| transport | ranks | model | held out | fit / held out | alpha (us) | transfer GB/s | "
           "bus GB/s | call (us) | per message (us) | cache MiB, slowdown | "
           "median \\|error\\| held out | allreduce | allgather | reducescatter |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    counts = sorted({m.nranks for m in measured})
-    for nranks in counts:
-        mine = [m for m in measured if m.nranks == nranks]
-        for model, splits in SPLITS.items():
-            for split in splits:
-                print(row(str(nranks), mine, model, split), flush=True)
-    if len(counts) > 1:  # one fit for every rank count: the CPU share must carry the difference
-        print(row(" + ".join(map(str, counts)), measured, "host", "random"), flush=True)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for engine in sorted({m.hosts > 1 for m in measured}):
+        transport = "engine" if engine else "shm"
+        runs = [m for m in measured if (m.hosts > 1) == engine]
+        counts = sorted({m.nranks for m in runs})
+        for nranks in counts:
+            mine = [m for m in runs if m.nranks == nranks]
+            for model, splits in SPLITS.items():
+                for split in splits:
+                    print(row(f"{transport} | {nranks}", mine, model, split), flush=True)
+        if len(counts) > 1:  # one fit for every rank count: the CPU share carries the difference
+            print(row(f"{transport} | {' + '.join(map(str, counts))}", runs, "host", "random"),
+                  flush=True)
 
 
 def row(ranks: str, measured: list[Measured], model: str, split: str) -> str:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from commflow.bench import Measurement, Summary
+from commflow.bench import BenchConfig, Measurement, Summary
 from commflow.cli.bench import _table
 from commflow.collectives import Collective
 
@@ -108,12 +108,39 @@ def test_json_flag_prints_the_records_instead_of_the_tables(capsys):
         (("--vs", "nccl"), "unknown peer(s) nccl"),
         (("--algo", "spiral"), "no algorithm 'spiral' for allreduce"),
         (("-b", "1K", "-e", "8"), "bad size range"),
+        (("--hosts", "3"), "--hosts 3 does not split 2 ranks evenly"),
+        (("--hosts", "2", "--algo", "ring,shm:spin=0"), "fast path runs on one host"),
+        (("barrier", "--hosts", "2"), "--hosts does not apply to commflow bench barrier"),
     ],
 )
 def test_errors_exit_2_with_one_line(capsys, args, message):
     code, _, err = run_bench(capsys, "-n", "2", *args)
     assert code == 2
     assert message in err and "Traceback" not in err
+
+
+def test_emulated_hosts_run_the_programs_over_the_engine(capsys, tmp_path):
+    path = tmp_path / "records.json"
+    code, out, err = run_bench(
+        capsys, "allgather", "-n", "2", "--hosts", "2", "--algo", "ring,auto", "--vs", "none",
+        "-b", "64", "-e", "1K", "-f", "16", "-w", "1", "--iters", "2", "--small-iters", "3",
+        "--json-out", str(path),
+    )
+    assert code == 0, err
+    assert out.startswith("# commflow bench: allgather on 2 ranks in 2 emulated hosts (between "
+                          "them the engine: gloo over loopback TCP), float32 ")
+    assert "memory-bandwidth bound" not in out  # a bound of the shared-memory path
+    records = json.loads(path.read_text())
+    assert sorted({(r["algo"], r["size"]) for r in records}) == [
+        ("auto", 64), ("auto", 1024), ("ring", 64), ("ring", 1024)]
+    assert all(r["hosts"] == 2 and r["wrong"] == 0 for r in records)
+
+
+def test_all_leaves_the_fast_path_out_across_emulated_hosts():
+    one = BenchConfig(collective="allreduce", nranks=4, algos=("all",)).commflow_algos
+    four = BenchConfig(collective="allreduce", nranks=4, hosts=4, algos=("all",)).commflow_algos
+    assert "shm" in one and "ring" in four and "auto" in four
+    assert four == tuple(name for name in one if not name.startswith("shm"))
 
 
 def test_a_value_wider_than_its_column_stays_apart_from_its_neighbours():

@@ -15,6 +15,7 @@ KEYS = {
     "collective",
     "algo",
     "nranks",
+    "hosts",
     "dtype",
     "op",
     "size",

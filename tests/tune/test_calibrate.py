@@ -92,3 +92,18 @@ def test_the_host_model_recovers_its_parameters():
     assert result.cache_slowdown == pytest.approx(truth[8], rel=0.1)
     with pytest.raises(CommflowError, match="at least 9"):
         calibrate(measured[:8], model="host")
+
+
+def test_runs_over_emulated_hosts_are_fitted_apart_from_shared_memory():
+    record = {"impl": "commflow", "algo": "ring", "inplace": False, "collective": "allreduce",
+              "nranks": 2, "size": 1024, "time_us": 100.0}
+    one, engine = from_records([record, {**record, "hosts": 2}])
+    assert (one.hosts, engine.hosts) == (1, 2)  # records before --hosts: one host
+    shm = synthetic()
+    over = [Measured(m.collective, m.algo, m.nranks, m.size, m.time, m.nranks) for m in shm]
+    with pytest.raises(CommflowError, match="fit each transport on its own runs"):
+        calibrate(shm[:8], evaluate=over[:8])
+    routed = [Measured("allreduce", "ring", 4, s, 1e-3, 2) for s in SIZES]
+    with pytest.raises(CommflowError, match="mix shared memory and the engine"):
+        calibrate(routed)
+    assert calibrate(over[::2], evaluate=over[1::2]).median_error() < 0.01

@@ -35,7 +35,7 @@ def shrink(words: list[str]) -> list[str]:
         if word in SMALLER and live:
             out[i + 1] = SMALLER[word]
     if words[1] == "bench":
-        out += ["-w", "1", "--iters", "3"]
+        out += ["-w", "1", "--iters", "3", "--small-iters", "3"]
     return out
 
 

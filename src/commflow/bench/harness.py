@@ -71,9 +71,12 @@ class Measurement:
     rank_means: tuple[float, ...] = ()
     """Each rank's mean time of the timed iterations (s), in rank order (what nccl-tests
     reports per rank before ``-a`` combines the ranks)."""
+    hosts: int = 1
+    """Emulated hosts the ranks were split into (1: one host, shared memory; more: the engine
+    transport between them, ``commflow bench --hosts``)."""
 
     def record(self) -> dict:
-        """The JSON record: ``impl, collective, algo, nranks, dtype, op, size, inplace,
+        """The JSON record: ``impl, collective, algo, nranks, hosts, dtype, op, size, inplace,
         time_us, ci95_us, runs, algbw, busbw, wrong`` (GB/s, microseconds; ``ci95_us`` is
         ``[low, high]`` or ``None`` with fewer than 6 runs; ``runs`` is the number of timed
         iterations of this size: ``small_iters`` up to :data:`.spec.SMALL_BYTES`, ``iters``
@@ -84,6 +87,7 @@ class Measurement:
             "collective": self.collective.value,
             "algo": self.algo,
             "nranks": self.nranks,
+            "hosts": self.hosts,
             "dtype": self.dtype,
             "op": self.op,
             "size": self.size,
@@ -218,6 +222,7 @@ def combine_ranks(spec: RunSpec, ranks: list[dict]) -> list[Measurement]:
                 busbw=algbw * factor,
                 wrong=sum(run["wrong"] for run in runs),
                 rank_means=tuple(float(np.mean(run["times"])) for run in runs),
+                hosts=spec.hosts,
             )
         )
     return out

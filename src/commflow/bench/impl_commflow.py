@@ -38,6 +38,7 @@ class CommflowRanks:
         self.comm = comm
         self.rank = comm.rank
         self.nranks = comm.size
+        self.local_size = comm.local_size
 
     def barrier(self) -> None:
         """commflow's barrier."""

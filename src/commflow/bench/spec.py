@@ -24,6 +24,12 @@ def timed_rounds(size: int, iters: int, small_iters: int) -> int:
     return small_iters if size <= SMALL_BYTES else iters
 
 
+def emulated_host(rank: int, nranks: int, hosts: int) -> str:
+    """The ``COMMFLOW_HOST`` of ``rank`` when ``nranks`` ranks are split into ``hosts``
+    emulated hosts of consecutive ranks (as launchers number the ranks of a node)."""
+    return f"bench{rank * hosts // nranks}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunSpec:
     """What the ranks of one implementation run, as the parent writes it for them."""
@@ -54,6 +60,9 @@ class RunSpec:
     seed: int = 0
     """Seeds the orders in which the algorithms take turns (the parent draws one per run, so
     that runs, sizes and placements each take other orders)."""
+    hosts: int = 1
+    """Emulated hosts the ranks are split into (consecutive ranks, :func:`emulated_host`);
+    between hosts commflow's messages take the engine transport."""
     corrupt_rank: int | None = None
     """Test hook: this rank spoils one element of each result before the check."""
 

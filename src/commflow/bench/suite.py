@@ -8,6 +8,7 @@ peers that could not run.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 from collections.abc import Callable
@@ -73,6 +74,10 @@ class BenchConfig:
     OSU micro-benchmarks run more iterations for small messages (set on construction)."""
     timeout: float = DEFAULT_TIMEOUT
     """Seconds any wait inside an implementation may take."""
+    hosts: int = 1
+    """Emulated hosts commflow's ranks are split into, of consecutive ranks each: between
+    them messages take the engine transport (gloo over loopback TCP), as between machines;
+    within one, shared memory (the peers run as always)."""
 
     def __post_init__(self) -> None:
         coll = parse_collective(self.collective)
@@ -105,6 +110,7 @@ class BenchConfig:
             raise CommflowError(f"unknown peer(s) {', '.join(unknown)}; use gloo, mpi or none")
         if not self.algos:
             raise CommflowError("no commflow algorithm given: use --algo NAME or --algo all")
+        self._check_hosts()
         if self.algos != ("all",):
             for name in self.algos:
                 if is_program_file(name):
@@ -120,11 +126,33 @@ class BenchConfig:
                     f"labelled by file name, so give each a different one"
                 )
 
+    def _check_hosts(self) -> None:
+        """Emulated hosts must split the ranks evenly, run no fast path (it needs one host)
+        and have the gloo engine (torch)."""
+        if self.hosts == 1:
+            return
+        if not 1 <= self.hosts <= self.nranks or self.nranks % self.hosts:
+            raise CommflowError(
+                f"--hosts {self.hosts} does not split {self.nranks} ranks evenly: give a "
+                f"divisor of -n (1 for one host, {self.nranks} for a host per rank)")
+        fast = [name for name in self.algos if fastpath.is_fast(name)]
+        if fast:
+            raise CommflowError(
+                f"--algo {', '.join(fast)}: the shared-memory fast path runs on one host, not "
+                f"across {self.hosts} emulated hosts; use program algorithms, auto or all")
+        if importlib.util.find_spec("torch") is None:
+            raise CommflowError(
+                f"--hosts {self.hosts} needs torch for the engine between hosts (gloo): "
+                "pip install 'commflow[torch]'")
+
     @property
     def commflow_algos(self) -> tuple[str, ...]:
-        """The commflow algorithms to run, ``all`` expanded."""
+        """The commflow algorithms to run, ``all`` expanded (without the fast path across
+        emulated hosts)."""
         if self.algos == ("all",):
-            return commflow_algorithms(self.collective, self.nranks)
+            names = commflow_algorithms(self.collective, self.nranks)
+            return names if self.hosts == 1 else \
+                tuple(n for n in names if not fastpath.is_fast(n))
         return self.algos
 
     def timed_rounds(self, size: int) -> int:
@@ -262,6 +290,7 @@ def _run(
         small_iters=config.small_iters,  # type: ignore[arg-type]
         timeout=config.timeout,
         seed=secrets.randbits(32),
+        hosts=config.hosts if impl == "commflow" else 1,
     )
     total = len(config.blocks)
     report = None if progress is None else (lambda done: progress(impl, done, total))

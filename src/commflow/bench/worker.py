@@ -22,6 +22,7 @@ appends a line to ``progress`` there after each size. Nothing is pickled.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ import numpy as np
 from commflow.bench.algos import label, resolve
 from commflow.bench.cases import Case, CaseSpec, wrong_values
 from commflow.bench.impl import Ranks, module
-from commflow.bench.spec import RunSpec
+from commflow.bench.spec import RunSpec, emulated_host
 from commflow.collectives import parse_collective
 from commflow.errors import CommflowError
 from commflow.ir import Program
@@ -72,8 +73,19 @@ def _measure(ranks: Ranks, spec: RunSpec, algos: list[tuple[str, str | Program]]
 
 
 def run(spec: RunSpec, outdir: Path) -> None:
-    """Run ``spec`` on this rank and write ``outdir/rank<r>.json``."""
+    """Run ``spec`` on this rank and write ``outdir/rank<r>.json``. With ``spec.hosts`` > 1
+    this rank first takes its emulated host (``COMMFLOW_HOST``, commflow's ranks only), and
+    its communicator must count ``nranks / hosts`` ranks on that host."""
+    if spec.hosts > 1:
+        nranks = int(os.environ["COMMFLOW_WORLD_SIZE"])
+        os.environ["COMMFLOW_HOST"] = emulated_host(int(os.environ["COMMFLOW_RANK"]), nranks,
+                                                    spec.hosts)
     ranks = module(spec.impl).connect(spec.timeout)
+    if spec.hosts > 1 and ranks.local_size != ranks.nranks // spec.hosts:
+        raise CommflowError(
+            f"rank {ranks.rank} counts {ranks.local_size} rank(s) on its host where "
+            f"{spec.hosts} emulated hosts hold {ranks.nranks // spec.hosts} each: report this "
+            "as a bug")
     collective, dtype = parse_collective(spec.collective), dtype_of(spec.dtype)
     algos = [(entry, resolve(entry)) for entry in spec.algos]
     results = []

@@ -65,6 +65,11 @@ def bench(
         f"(default: {SMALL_ITERS_FACTOR} x --iters).",
     ),
     timeout: float = typer.Option(DEFAULT_TIMEOUT, "--timeout", help="Seconds any wait may take."),
+    hosts: int = typer.Option(
+        1, "--hosts",
+        help="Split commflow's ranks into this many emulated hosts of consecutive ranks: "
+        "between them messages take the engine transport (gloo over loopback TCP).",
+    ),
     as_json: bool = typer.Option(
         False, "--json", help="Print the records as JSON on standard output instead of tables."
     ),
@@ -98,6 +103,13 @@ def bench(
     implementation; sizes, --algo, --small-iters, -d, -o, -r and --plot do
     not apply).
 
+    --hosts H measures commflow's transport between machines on this one:
+    the ranks are split into H emulated hosts (COMMFLOW_HOST), and a message
+    between two hosts crosses the engine (gloo over loopback TCP) where one
+    inside a host takes shared memory; the shm fast path needs one host, so
+    --algo all leaves it out. `commflow calibrate` fits the simulator to
+    such runs (a host per rank, -n = --hosts) as it does to one host's.
+
     An --algo entry ending in .json is a program file (commflow synth -o,
     or commflow.ir.save_program): its collective, rank count and root must
     be the benchmark's; its rows are labelled with the file name.
@@ -109,11 +121,14 @@ def bench(
       commflow bench allgather --algo all --vs none -e 16M --json-out ag.json --plot ag.png
       commflow bench allreduce -n 2 -e 1M --vs none --json
       commflow bench barrier -n 4 --vs gloo,mpi --iters 200
+      commflow bench allreduce -n 2 --hosts 2 --algo all --vs none -e 16M --json-out eng.json
       commflow bench --nccl-tests allreduce -g 4 -b 8 -e 128M -f 2 -n 20 -w 5
       commflow synth allgather --topo ring4 -o ag4.json
       commflow bench allgather -n 4 --algo ring,ag4.json --vs none
     """
     if collective.lower() == "barrier":
+        if hosts != 1:
+            raise CommflowError("--hosts does not apply to commflow bench barrier")
         _barrier(nranks, vs, warmup, iters, timeout, as_json, json_file)
         return
     config = BenchConfig(
@@ -129,6 +144,7 @@ def bench(
         iters=iters,
         small_iters=small_iters,
         timeout=timeout,
+        hosts=hosts,
     )
     report = measure(config)
     records = [m.record() for m in report.measurements]
@@ -142,7 +158,7 @@ def bench(
         plot_busbw(
             report.measurements,
             plot_file,
-            bound=report.bound,
+            bound=report.bound if config.hosts == 1 else None,
             title=f"{config.collective.value}, {config.nranks} ranks, {config.dtype}",
         )
     fail_if_wrong(report)
@@ -216,8 +232,10 @@ def _write(path: Path, text: str) -> None:
 
 def _print(report: BenchReport) -> None:
     c = report.config
+    hosts = "" if c.hosts == 1 else \
+        f" in {c.hosts} emulated hosts (between them the engine: gloo over loopback TCP)"
     out.print(
-        f"# commflow bench: {c.collective.value} on {c.nranks} ranks, {c.dtype} {c.op}; "
+        f"# commflow bench: {c.collective.value} on {c.nranks} ranks{hosts}, {c.dtype} {c.op}; "
         f"{c.warmup} warm-up + {_timed(c, [m.size for m in report.measurements])}",
         markup=False,
     )
@@ -268,6 +286,8 @@ def _print(report: BenchReport) -> None:
     out.print("#", markup=False)
     for note in report.notes:
         out.print(f"# {note}", markup=False)
+    if c.hosts > 1:
+        return
     out.print(
         f"# memory copy bandwidth: {number(gbps(report.copy_bandwidth))} GB/s "
         f"(numpy copy of {PROBE_BYTES >> 20} MiB, one process, best of {PROBE_REPEATS})",

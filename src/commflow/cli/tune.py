@@ -134,7 +134,7 @@ def calibrate(
         "(that bus plus a per-call overhead, CPU per message and a cache knee).",
     ),
 ) -> None:
-    """Fit the simulator's model of the shared-memory transport to measured runs.
+    """Fit the simulator's model of a transport to measured runs.
 
     Fits latency, bandwidth, reduce and copy bandwidth (with --model flow also the bus
     bandwidth; with --model host also the call overhead, CPU per message and the cache
@@ -142,12 +142,15 @@ def calibrate(
 
     Uses the out-of-place runs of registered algorithms in the records; the model is a full
     mesh of ranks under the alphabeta simulator, or a memory bus under the flow simulator
-    (docs/tuning.md).
+    (docs/tuning.md). The transport is shared memory for runs on one host, the engine for
+    runs of `commflow bench --hosts N` with a host per rank; give runs of one of them.
 
     [bold]Examples[/bold]
 
       commflow bench allreduce -n 2 --algo all --vs none -b 1K -e 16M -f 4 --json-out ar.json
       commflow calibrate ar.json
+      commflow bench allreduce -n 2 --hosts 2 --algo all --vs none -e 16M --json-out eng.json
+      commflow calibrate eng.json --model host
     """
     from commflow.tune.calibrate import calibrate as fit
     from commflow.tune.calibrate import from_records

@@ -24,6 +24,10 @@ the usable CPUs, as each rank then gets that share of a core), and a cache knee:
 bandwidth is divided by ``1 + cache_slowdown * x**2 / (1 + x**2)`` with ``x`` the bytes the
 host's ranks touch (inputs and outputs) over ``cache_bytes``, so buffers that stay in the
 caches move faster than those that stream from memory.
+
+The same models fit the engine transport (``commflow bench --hosts N`` with a host per rank:
+every pair of ranks talks through gloo over TCP): its measurements carry their ``hosts`` and
+are fitted apart from shared memory's, since one set of parameters cannot describe both.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ class Measured:
     nranks: int
     size: int
     time: float
+    hosts: int = 1
+    """Emulated hosts of the run (``commflow bench --hosts``): 1, shared memory; one per rank,
+    the engine transport between every pair."""
 
 
 @dataclass(frozen=True)
@@ -114,14 +121,31 @@ def from_records(records: Iterable[Mapping[str, object]]) -> list[Measured]:
             impl, algo, inplace = r["impl"], str(r["algo"]), bool(r["inplace"])
             collective, nranks = str(r["collective"]), int(r["nranks"])
             size, time = int(r["size"]), float(r["time_us"]) * 1e-6
+            hosts = int(r.get("hosts", 1))
         except (KeyError, TypeError, ValueError):
             raise CommflowError(
                 f"bench record {i} lacks the fields of commflow bench --json (impl, algo, "
                 "inplace, collective, nranks, size, time_us)") from None
         names = {a.name for a in available(collective)}
         if impl == "commflow" and not inplace and algo in names and time > 0 and size > 0:
-            found.append(Measured(collective, algo, nranks, size, time))
+            found.append(Measured(collective, algo, nranks, size, time, hosts))
     return found
+
+
+def _one_transport(measured: list[Measured]) -> None:
+    """Raise ``CommflowError`` unless every run of ``measured`` used one transport: all its
+    ranks on one host (shared memory) or each on its own (the engine), the same in every
+    run."""
+    mixed = sorted({m.hosts for m in measured if 1 < m.hosts < m.nranks})
+    if mixed:
+        raise CommflowError(
+            f"calibrate: runs over {mixed[0]} emulated hosts mix shared memory and the engine "
+            "transport, which one model cannot fit; measure with --hosts 1 or --hosts = -n")
+    kinds = {m.hosts > 1 for m in measured}
+    if len(kinds) > 1:
+        raise CommflowError(
+            "calibrate: the runs mix one host (shared memory) with a host per rank (the "
+            "engine transport); fit each transport on its own runs")
 
 
 def host_topology(nranks: int, *, alpha: float, bandwidth: float,
@@ -199,14 +223,15 @@ def calibrate(measurements: Iterable[Measured], *,
     per message and the cache knee) to ``measurements`` (see the module docstring); the rows
     report ``evaluate`` (default: the measurements themselves; pass held-out ones to see the
     error on runs the fit did not see). ``cpus``: usable CPUs of the measured host (host
-    model; default this machine's). Raises ``CommflowError`` for an unknown model or fewer
-    measurements than parameters."""
+    model; default this machine's). Raises ``CommflowError`` for an unknown model, fewer
+    measurements than parameters, or runs of different transports (:attr:`Measured.hosts`)."""
     from scipy.optimize import least_squares
 
     if model not in MODELS:
         raise CommflowError(f"calibrate: unknown model {model!r}; use one of "
                             f"{', '.join(MODELS)}")
     fit_on = list(measurements)
+    _one_transport(fit_on + ([] if evaluate is None else list(evaluate)))
     count = _PARAMETERS[model]
     if len(fit_on) < count:
         raise CommflowError(f"calibration of the {model} model needs at least {count} "

@@ -52,7 +52,7 @@ class _Router:
     """Per-topology routing state: link adjacency and per-destination distance tables."""
 
     def __init__(self, topology: Topology) -> None:
-        self.topology = topology
+        self._topology = weakref.ref(topology)
         n = topology.nnodes
         self.is_rank = [node.kind is NodeKind.RANK for node in topology.nodes]
         src = np.array([lk.src for lk in topology.links], dtype=np.int64)
@@ -83,6 +83,16 @@ class _Router:
         self.unit = _unit(bandwidth)
         self.capacity = np.maximum(1, np.round(bandwidth / self.unit)).astype(np.int32)
         self.link_src, self.link_dst = src, dst
+
+    @property
+    def topology(self) -> Topology:
+        """The topology routed. The router holds it weakly: it lives in :data:`_ROUTERS`,
+        keyed weakly by that topology, so a strong reference here would keep every topology
+        ever routed (and its router) alive."""
+        topology = self._topology()
+        if topology is None:
+            raise RuntimeError("a router outlived its topology: report this as a bug")
+        return topology
 
     def distances(self, dst: int, *, switched: bool) -> list[int]:
         """Hops from every node to ``dst`` (-1 if unreachable); ``switched``: through

@@ -6,11 +6,13 @@ per (collective, ranks, placement): the sizes where ``auto`` is within 5% of the
 algorithm, the worst size with its ratio and winner, ``auto``'s total over the sweep against
 the best fixed algorithm's total (``commflow.tune.versus_fixed``), and against the fixed
 ``shm`` fast path's total (on one host ``auto`` runs the fast path, with the variants a loaded
-tuning table names per size; ``shm`` runs its defaults).
+tuning table names per size; ``shm`` runs its defaults), and ``auto``'s mean busbw over the
+sizes against ``shm``'s (nccl-tests' ``# Avg bus bandwidth``, which weighs every size alike
+where the totals are the large sizes').
 
 Files of the same collective and rank count are repeated runs: the row then gives each run's
-count of sizes within 5% and sweep ratios, and judges the median over the runs of each
-(algorithm, size) cell (the worst size and the totals are the median's).
+count of sizes within 5%, sweep ratios and mean busbw ratios, and judges the median over the
+runs of each (algorithm, size) cell (the worst size and the totals are the median's).
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ def _median(runs: list[list[tuple[str, int, float]]]) -> list[tuple[str, int, fl
             if len(t) == len(runs)]
 
 
+def _mean_busbw(rows: list[tuple[str, int, float]]) -> str:
+    """``auto``'s mean busbw over the sizes against ``shm``'s (nccl-tests' ``# Avg bus
+    bandwidth``; busbw is size / time times one factor for both, so the factor cancels)."""
+    mean = {algo: np.mean([size / t for a, size, t in rows if a == algo])
+            for algo in ("auto", "shm")}
+    return f"{mean['auto'] / mean['shm']:.2f}"
+
+
 def main(paths: list[str]) -> None:
     """Print the table (see the module docstring)."""
     groups: dict[tuple[str, int], list[list[dict]]] = defaultdict(list)
@@ -46,8 +56,9 @@ def main(paths: list[str]) -> None:
             records = [r for r in json.load(f) if r["impl"] == "commflow"]
         groups[(records[0]["collective"], records[0]["nranks"])].append(records)
     print("| collective | ranks | placement | sizes within 5% | worst: auto / fastest "
-          "(size, fastest) | sweep: auto / best fixed (algo) | sweep: auto / shm |")
-    print("|---|---|---|---|---|---|---|")
+          "(size, fastest) | sweep: auto / best fixed (algo) | sweep: auto / shm | "
+          "mean busbw: auto / shm |")
+    print("|---|---|---|---|---|---|---|---|")
     for (collective, nranks), runs in groups.items():
         for inplace in (False, True):
             rows = [[(r["algo"], r["size"], r["time_us"]) for r in records
@@ -65,9 +76,12 @@ def main(paths: list[str]) -> None:
                 sweep_shm += " (runs: " + ", ".join(
                     f"{v.totals['auto'] / v.totals.get('shm', float('nan')):.2f}"
                     for v in each) + ")"
+            mean = _mean_busbw(_median(rows) if len(rows) > 1 else rows[0])
+            if len(rows) > 1:
+                mean += " (runs: " + ", ".join(_mean_busbw(r) for r in rows) + ")"
             print(f"| {collective} | {nranks} | {'in-place' if inplace else 'out-of-place'} | "
                   f"{within} | {worst.ratio:.2f} ({format_size(worst.size)}, {worst.best}) | "
-                  f"{mine / total:.2f} ({best}) | {sweep_shm} |")
+                  f"{mine / total:.2f} ({best}) | {sweep_shm} | {mean} |")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,8 @@ def test_the_benchmark_table_judges_the_median_of_repeated_runs(tmp_path, capsys
         paths[-1].write_text(json.dumps(_records(times)))
     module.main([str(p) for p in paths])
     rows = capsys.readouterr().out.splitlines()[2:]
-    # medians: auto 1.0 / 2.0, shm 1.1 / 2.1: within 5% at both sizes, sweep 3.0 / 3.2
+    # medians: auto 1.0 / 2.0, shm 1.1 / 2.1: within 5% at both sizes, sweep 3.0 / 3.2; mean
+    # of size / time: auto (16 + 32) / 2 = 24 against shm (14.55 + 30.48) / 2 = 22.51
     assert rows[0] == ("| allgather | 2 | out-of-place | 2 / 2 (runs: 2, 1, 2) | 0.95 (64, shm) "
-                       "| 0.94 (shm) | 0.94 (runs: 0.94, 3.44, 0.94) |")
+                       "| 0.94 (shm) | 0.94 (runs: 0.94, 3.44, 0.94) "
+                       "| 1.07 (runs: 1.06, 0.75, 1.07) |")

@@ -3,6 +3,7 @@ short budget so that the test stays quick) and exits 0."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -49,7 +50,8 @@ def test_every_command_of_the_page_runs(tmp_path, monkeypatch):
         result = CliRunner().invoke(app, shrink(words)[1:], terminal_width=200)
         assert result.exit_code == 0, (words, result.output[-2000:])
         printed[" ".join(words)] = result.output
-    for made in ("table.json", "nccl.csv", "live.json", "ar.json", "ar4.json"):
+    for made in ("table.json", "nccl.csv", "live.json", "ar.json", "ar4.json", "eng.json"):
         assert (tmp_path / made).stat().st_size > 0, made
+    assert {r["hosts"] for r in json.loads((tmp_path / "eng.json").read_text())} == {2}
     bench = next(out for line, out in printed.items() if "ar4.json" in line and "bench" in line)
     assert re.search(r"# auto out-of-place: at most [\d.]+x the fastest fixed algorithm", bench)

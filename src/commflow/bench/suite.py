@@ -8,7 +8,6 @@ peers that could not run.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 from collections.abc import Callable
@@ -140,19 +139,17 @@ class BenchConfig:
             raise CommflowError(
                 f"--algo {', '.join(fast)}: the shared-memory fast path runs on one host, not "
                 f"across {self.hosts} emulated hosts; use program algorithms, auto or all")
-        if importlib.util.find_spec("torch") is None:
-            raise CommflowError(
-                f"--hosts {self.hosts} needs torch for the engine between hosts (gloo): "
-                "pip install 'commflow[torch]'")
+        why = module("gloo").missing()
+        if why:
+            raise CommflowError(f"--hosts {self.hosts} needs gloo for the engine between hosts: "
+                                f"{why}")
 
     @property
     def commflow_algos(self) -> tuple[str, ...]:
         """The commflow algorithms to run, ``all`` expanded (without the fast path across
         emulated hosts)."""
         if self.algos == ("all",):
-            names = commflow_algorithms(self.collective, self.nranks)
-            return names if self.hosts == 1 else \
-                tuple(n for n in names if not fastpath.is_fast(n))
+            return commflow_algorithms(self.collective, self.nranks, fast=self.hosts == 1)
         return self.algos
 
     def timed_rounds(self, size: int) -> int:
@@ -168,12 +165,16 @@ class BenchConfig:
         return tuple(sorted(found))
 
 
-def commflow_algorithms(collective: Collective, nranks: int) -> tuple[str, ...]:
+def commflow_algorithms(collective: Collective, nranks: int, *,
+                        fast: bool = True) -> tuple[str, ...]:
     """``auto`` and every algorithm the runtime can run for ``collective`` on ``nranks`` ranks
     (:func:`commflow.runtime.algorithm_names`: the ``shm`` fast path where it covers the
-    collective, and the registered programs that build for ``nranks``)."""
+    collective and ``fast`` (the ranks share one host), and the registered programs that
+    build for ``nranks``)."""
     names = ["auto"]
     for name in algorithm_names(collective):
+        if name == fastpath.NAME and not fast:
+            continue
         if name != fastpath.NAME:
             try:
                 algorithms.build(collective, name, nranks)
@@ -191,14 +192,15 @@ class BenchReport:
     """What was run."""
     measurements: list[Measurement]
     """One per (implementation, algorithm, size, placement), commflow first."""
-    copy_bandwidth: float
-    """Single-process memory copy bandwidth, bytes copied per second."""
+    copy_bandwidth: float | None
+    """Single-process memory copy bandwidth, bytes copied per second (``None`` across
+    emulated hosts, where no shared-memory bound applies)."""
     load: tuple[float, float, float]
     """The host's load averages (1, 5, 15 min) when the run started: other processes on the
     cores disturb the timings."""
-    bound: float
+    bound: float | None
     """Upper bound on busbw (bytes/s) of a copy-in/copy-out shared-memory implementation
-    (:func:`~commflow.bench.memory.staged_busbw_bound`)."""
+    (:func:`~commflow.bench.memory.staged_busbw_bound`; ``None`` across emulated hosts)."""
     notes: list[str] = field(default_factory=list)
     """Why a peer did not run (not installed, operation unsupported, failed)."""
 
@@ -243,13 +245,14 @@ class BenchReport:
 
 
 def run_benchmark(config: BenchConfig, *, progress: BenchProgress | None = None) -> BenchReport:
-    """Measure copy bandwidth, then commflow and every peer of ``config`` on its sizes.
+    """Measure copy bandwidth (on one host), then commflow and every peer of ``config`` on its
+    sizes.
 
     A peer that is not installed, cannot run the operation, or fails adds a note instead of
     raising; commflow's own failure raises ``CommflowError``.
     """
     load = os.getloadavg()
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth() if config.hosts == 1 else None
     measurements = _run(config, "commflow", config.commflow_algos, progress)
     notes = []
     for peer in config.peers:
@@ -269,7 +272,8 @@ def run_benchmark(config: BenchConfig, *, progress: BenchProgress | None = None)
         measurements=measurements,
         copy_bandwidth=bandwidth,
         load=load,
-        bound=staged_busbw_bound(config.collective, config.nranks, bandwidth),
+        bound=None if bandwidth is None else
+        staged_busbw_bound(config.collective, config.nranks, bandwidth),
         notes=notes,
     )
 

@@ -231,7 +231,8 @@ def calibrate(measurements: Iterable[Measured], *,
         raise CommflowError(f"calibrate: unknown model {model!r}; use one of "
                             f"{', '.join(MODELS)}")
     fit_on = list(measurements)
-    _one_transport(fit_on + ([] if evaluate is None else list(evaluate)))
+    report = fit_on if evaluate is None else list(evaluate)
+    _one_transport(fit_on + report)
     count = _PARAMETERS[model]
     if len(fit_on) < count:
         raise CommflowError(f"calibration of the {model} model needs at least {count} "
@@ -248,7 +249,6 @@ def calibrate(measurements: Iterable[Measured], *,
     fitted = least_squares(residuals, start, bounds=(start - 12, start + 12), x_scale=1.0,
                            loss="soft_l1", f_scale=0.1)
     params = tuple(float(math.exp(v)) for v in fitted.x)
-    report = fit_on if evaluate is None else list(evaluate)
     rows = tuple((m, predict(m, params, programs, cpus=cpus)) for m in report)
     host = dict(zip(("call_overhead", "message_cpu", "cache_bytes", "cache_slowdown"),
                     params[5:], strict=False))

@@ -17,7 +17,8 @@ from .harness import bits_differ, run_world
 # Tiny segments and thresholds, so that small arrays cross every boundary: several segments,
 # a one-shot first segment and a two-shot one, a call one-shot whole above the default.
 VARIANTS = ("shm", "shm:segment=4K", "shm:segment=1K:one_shot=2K", "shm:one_shot=512K",
-            "shm:segment=8K:one_shot=4K:spin=0")  # two ranks: 8K segments in 4K halves
+            "shm:segment=8K:one_shot=4K:spin=0",  # two ranks: 8K segments in 4K halves
+            "shm:segment=8K:one_shot=4K:store=stream")  # the same, streamed out
 COUNTS = (1, 777, 5000, 70_001)
 
 
@@ -29,8 +30,9 @@ def test_names_round_trip_and_drop_defaults():
     assert variant("shm").name == "shm" and variant(f"shm:segment={SEGMENT}") == fastpath.DEFAULT
     assert Variant(segment=1000).name == "shm:segment=1000"
     assert variant("shm:spin=0:segment=1M").name == "shm:segment=1M:spin=0"
+    assert variant("shm:store=stream:segment=1M").name == "shm:segment=1M:store=stream"
     for bad in ("shm:foo=1K", "shm:segment", "shm:segment=0", "shm:segment=1K:segment=2K",
-                "shmx", "shm:one_shot=-4"):
+                "shmx", "shm:one_shot=-4", "shm:store=1K", "shm:store=fast"):
         with pytest.raises(AlgorithmError):
             variant(bad)
 
@@ -55,6 +57,13 @@ def test_effective_names_a_call_by_how_it_is_cut():
     # how a rank waits is kept, but not on the compiled path of small allreduces
     assert effective(Variant(spin=0), AG, 16, 4) == Variant(spin=0)
     assert effective(Variant(spin=0), AR, 16, 4) == fastpath.DEFAULT
+    # streamed stores are kept where staged data is copied out, not where a rank reads its
+    # peers' buffers itself
+    stream = Variant(store=fastpath.STREAM)
+    assert effective(stream, AG, 4 << 20, 2) is stream
+    assert effective(stream, AR, 16, 2) is fastpath.DEFAULT
+    assert effective(Variant(copy=fastpath.CMA, store=fastpath.STREAM), AG, 4 << 20,
+                     2) == Variant(copy=fastpath.CMA)
 
 
 def test_variants_to_tune_are_distinct_and_apply():

@@ -23,11 +23,13 @@ place: where it lies), an allgather in place leaves its own block where it is.
 **Variants.** How a call is cut is a :class:`Variant`: the largest allreduce segment reduced
 one-shot (every rank reduces all of it), the bytes staged per round, how long a waiting
 rank polls before it yields its CPU, and whether data is staged at all (``copy="cma"``: each
-rank reads its peers' buffers with ``process_vm_readv`` instead, :mod:`commflow.runtime.cma`).
-``shm`` runs the defaults; a variant is named ``shm:one_shot=1M:segment=4M`` (fields that
-differ from the defaults), which ``algo=`` accepts and a tuning table may name for ``auto``
-per size, as NCCL's tuner picks a protocol and channel count per size. The name is part of
-the call's signature, so ranks that run different variants fail with ``CommMismatchError``.
+rank reads its peers' buffers with ``process_vm_readv`` instead, :mod:`commflow.runtime.cma`)
+and how it is stored into the output (``store="stream"``: non-temporal stores,
+:mod:`commflow.runtime.fastpath_output`). ``shm`` runs the defaults; a variant is named
+``shm:one_shot=1M:segment=4M`` (fields that differ from the defaults), which ``algo=``
+accepts and a tuning table may name for ``auto`` per size, as NCCL's tuner picks a protocol
+and channel count per size. The name is part of the call's signature, so ranks that run
+different variants fail with ``CommMismatchError``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from commflow.collectives import Collective
 from commflow.errors import AlgorithmError, CommflowError
 from commflow.runtime.cma import CrossMemoryPaths
 from commflow.runtime.errors import CommMismatchError, CommTimeoutError
+from commflow.runtime.fastpath_output import PLAIN, Output
 from commflow.runtime.ops import Reducer
 from commflow.runtime.protocol import Signature
 from commflow.runtime.transport.shm import ABORT_MISMATCH, ShmEndpoint, ShmTransport
@@ -60,6 +63,9 @@ SPIN = ShmTransport.YIELD_AFTER
 """Polls before a waiting rank yields (the shared-memory transport's)."""
 COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER,
                Collective.BROADCAST)
+CACHED, STREAM = "cached", "stream"
+"""How data is written into the output (:attr:`Variant.store`): plain stores, or
+non-temporal ones (:mod:`commflow.runtime._stream_kernels`)."""
 STAGE, CMA = "stage", "cma"
 """How data moves (:attr:`Variant.copy`): through the staging areas, or read by each rank
 straight from its peers' buffers (:mod:`commflow.runtime.cma`)."""
@@ -89,11 +95,20 @@ class Variant:
     """``"stage"``: copy in and out of the shared staging areas; ``"cma"``: each rank reads its
     peers' input and output buffers with ``process_vm_readv`` (one copy per byte;
     :mod:`commflow.runtime.cma`; allreduces of at most ``one_shot`` bytes still stage)."""
+    store: str = CACHED
+    """``"cached"``: plain stores into the output; ``"stream"``: staged data is copied into
+    the output with non-temporal stores, which do not read the output's lines first nor
+    evict the staging areas from the caches (faster into large buffers beyond the caches,
+    slower for outputs read right after from the caches; plain stores where
+    :data:`commflow.runtime._stream_kernels.AVAILABLE` is false)."""
 
     def __post_init__(self) -> None:
         if self.copy not in (STAGE, CMA):
             raise CommflowError(f"fast path variant: copy must be {STAGE!r} or {CMA!r}, got "
                                 f"{self.copy!r}")
+        if self.store not in (CACHED, STREAM):
+            raise CommflowError(f"fast path variant: store must be {CACHED!r} or {STREAM!r}, "
+                                f"got {self.store!r}")
         for field in fields(self)[:3]:
             value = getattr(self, field.name)
             if field.name == "one_shot" and value is None:
@@ -130,23 +145,26 @@ TUNED = (Variant(segment=256 << 10), Variant(segment=1 << 20), Variant(segment=2
          Variant(one_shot=256 << 10), Variant(one_shot=1 << 20), Variant(spin=0),
          Variant(segment=1 << 20, spin=0), Variant(segment=2 << 20, spin=0),
          Variant(one_shot=256 << 10, spin=0), Variant(copy=CMA), Variant(copy=CMA, spin=0),
-         Variant(segment=2 << 20, copy=CMA))
+         Variant(segment=2 << 20, copy=CMA), Variant(store=STREAM))
 """The variants online tuning measures beside the defaults (:func:`variants`)."""
 
 
 def variants(collective: Collective, cma: bool = True) -> list[str]:
     """The names of the fast path and its :data:`TUNED` variants for ``collective`` (the
     one-shot threshold only for allreduce; without ``copy="cma"`` unless ``cma``: where the
-    ranks may not read each other's memory, :func:`commflow.runtime.cma.permitted`); ``[]``
-    when the fast path lacks it."""
+    ranks may not read each other's memory, :func:`commflow.runtime.cma.permitted`; without
+    ``store="stream"`` where the machine cannot stream); ``[]`` when the fast path lacks
+    it."""
     if collective not in COLLECTIVES:
         return []
+    from commflow.runtime._stream_kernels import AVAILABLE as streams
     found = [NAME]
     for option in TUNED:
-        if option.copy == CMA and not cma:
+        if option.copy == CMA and not cma or option.store == STREAM and not streams:
             continue
         if collective is not Collective.ALLREDUCE:
-            option = Variant(segment=option.segment, spin=option.spin, copy=option.copy)
+            option = Variant(segment=option.segment, spin=option.spin, copy=option.copy,
+                             store=option.store)
         if option.name not in found:
             found.append(option.name)
     return found
@@ -174,7 +192,7 @@ def variant(name: str) -> Variant:
                 f"fast path variant {name!r}: {part!r} is not FIELD=SIZE with a field of "
                 f"{', '.join(sorted(known))} (each once)")
         try:
-            values[key] = text if key == "copy" else parse_size(text)
+            values[key] = text if key in ("copy", "store") else parse_size(text)
         except CommflowError as error:
             raise AlgorithmError(f"fast path variant {name!r}: {error}") from None
     try:
@@ -189,7 +207,7 @@ def effective(options: Variant, collective: Collective, staged: int, nranks: int
     for a call that stages ``staged`` bytes per rank (reduce-scatter: its whole input): a
     variant that runs a call as ``shm`` would is named ``shm`` for it (the same signature,
     and the compiled small-message path for small allreduces, which waits its own way)."""
-    one_shot, segment, copy = options.one_shot, options.segment, options.copy
+    one_shot, segment, copy, store = options.one_shot, options.segment, options.copy, options.store
     allreduce = collective is Collective.ALLREDUCE
     limit = options.limit
     if allreduce and staged <= min(limit, ONE_SHOT):
@@ -200,9 +218,12 @@ def effective(options: Variant, collective: Collective, staged: int, nranks: int
         segment = SEGMENT  # one segment either way, or a broadcast's single read
     if not allreduce or copy == CMA or nranks > 2 and one_shot == ONE_SHOT:
         one_shot = None  # no one-shot call either way, or the default threshold
-    if (one_shot, segment, copy) == (options.one_shot, options.segment, options.copy):
+    if copy == CMA:
+        store = CACHED  # a single-copy read writes the output itself
+    if (one_shot, segment, copy, store) == (options.one_shot, options.segment, options.copy,
+                                            options.store):
         return options
-    return Variant(one_shot, segment, options.spin, copy)
+    return Variant(one_shot, segment, options.spin, copy, store)
 
 
 _CUT = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER)
@@ -230,6 +251,7 @@ class SharedBufferPaths:
         self.epoch = 0
         self.segments = 0
         self._views: dict[tuple[int, str], list[np.ndarray]] = {}
+        self._scratch: dict[str, np.ndarray] = {}
         self.cma = CrossMemoryPaths(nranks, rank, self.phase)
 
     def run(self, collective: Collective, send: np.ndarray, recv: np.ndarray, unit: int,
@@ -257,6 +279,7 @@ class SharedBufferPaths:
         per_stage = n if collective is Collective.REDUCESCATTER else 1
         seg = max(1, min(half_bytes, options.segment) // send.dtype.itemsize // per_stage)
         wait = lambda: self.phase(endpoint, seq, signature, deadline, options.spin)  # noqa: E731
+        out = self._output(options.store, send.dtype, half_bytes)
         for lo in range(0, max(unit, 1), seg):
             hi = min(unit, lo + seg)
             m = hi - lo
@@ -268,12 +291,16 @@ class SharedBufferPaths:
                     options.one_shot is None or m * send.dtype.itemsize <= one_shot):
                 mine[:m] = send[lo:hi]
                 wait()
-                reduce(stages[0][:m], stages[1][:m], recv[lo:hi])  # in rank order
+                dst = recv[lo:hi]
+                reduce(stages[0][:m], stages[1][:m], into := out.target(dst))  # in rank order
+                out.settle(dst, into)
             elif collective is Collective.ALLREDUCE and m * send.dtype.itemsize <= one_shot:
                 mine[:m] = send[lo:hi]
                 wait()
-                _reduce_into(recv[lo:hi], stages[0][:m], stages, range(1, n), slice(0, m),
-                             reduce)
+                dst = recv[lo:hi]
+                _reduce_into(into := out.target(dst), stages[0][:m], stages, range(1, n),
+                             slice(0, m), reduce)
+                out.settle(dst, into)
             elif collective is Collective.ALLREDUCE:
                 bounds = [m * r // n for r in range(n + 1)]
                 first, last = bounds[me], bounds[me + 1]
@@ -286,26 +313,27 @@ class SharedBufferPaths:
                 wait()
                 for r in range(n):
                     a, b = bounds[r], bounds[r + 1]
-                    recv[lo + a:lo + b] = stages[r][a:b]
+                    out.copy(recv[lo + a:lo + b], stages[r][a:b])
             elif collective is Collective.REDUCESCATTER:
                 for r in others:  # only the peers read a stage's blocks
                     mine[r * m:(r + 1) * m] = send[r * unit + lo:r * unit + hi]
                 wait()
                 s = slice(me * m, (me + 1) * m)
-                out = recv[lo:hi]
-                own = out if placed else send[me * unit + lo:me * unit + hi]
-                _reduce_into(out, own, stages, others, s, reduce)
+                dst = recv[lo:hi]
+                own = dst if placed else send[me * unit + lo:me * unit + hi]
+                _reduce_into(into := out.target(dst), own, stages, others, s, reduce)
+                out.settle(dst, into)
             elif collective is Collective.ALLGATHER:
                 mine[:m] = send[lo:hi]
                 wait()
                 for r in others if placed else range(n):
-                    recv[r * unit + lo:r * unit + hi] = stages[r][:m]
+                    out.copy(recv[r * unit + lo:r * unit + hi], stages[r][:m])
             else:
                 if me == root:
                     mine[:m] = send[lo:hi]
                 wait()
                 if me != root:
-                    recv[lo:hi] = stages[root][:m]
+                    out.copy(recv[lo:hi], stages[root][:m])
 
     def small_allreduce(self, send: np.ndarray, recv: np.ndarray, reduce: Reducer, seq: int,
                         signature: Signature, deadline: float,
@@ -328,6 +356,16 @@ class SharedBufferPaths:
         reduce(stages[0][:unit], stages[1][:unit], recv)
         for r in range(2, self.n):
             reduce(recv, stages[r][:unit], recv)
+
+    def _output(self, store: str, dtype: np.dtype, nbytes: int) -> Output:
+        """The writer of a call's output for ``store``, with a scratch segment of ``nbytes``
+        (cached per dtype) for streaming."""
+        if store != STREAM:
+            return PLAIN
+        scratch = self._scratch.get(dtype.str)
+        if scratch is None or scratch.nbytes < nbytes:
+            scratch = self._scratch[dtype.str] = np.empty(nbytes // dtype.itemsize, dtype)
+        return Output(scratch)
 
     def _stages(self, host, half: int, half_bytes: int, dtype: np.dtype) -> list[np.ndarray]:
         """Every rank's staging half ``half`` viewed as ``dtype`` (cached)."""

@@ -1,0 +1,37 @@
+"""The fast path's copy with non-temporal stores: the same bytes as a plain copy at every
+alignment of its ends (a head and a tail around the aligned body), and a plain copy where it
+cannot stream."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commflow.runtime._stream_kernels import stream_copy
+
+_SOURCE = np.random.default_rng(7).integers(0, 256, 1 << 16, dtype=np.uint8)
+
+
+@settings(deadline=None)  # the first example compiles the kernel
+@given(st.integers(0, 70), st.integers(0, 70), st.integers(0, 5000))
+def test_streams_the_same_bytes_at_any_alignment(dst_at, src_at, nbytes):
+    dst = np.zeros(6000, np.uint8)
+    src = _SOURCE[src_at:src_at + nbytes]
+    stream_copy(dst[dst_at:dst_at + nbytes], src)
+    assert np.array_equal(dst[dst_at:dst_at + nbytes], src)
+    assert not dst[:dst_at].any() and not dst[dst_at + nbytes:].any()  # nothing around
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float16])
+def test_typed_arrays_and_the_plain_fallback(dtype):
+    src = (np.arange(100_003) % 2000).astype(dtype)
+    dst = np.zeros_like(src)
+    stream_copy(dst, src)
+    assert np.array_equal(dst, src)
+    strided = np.zeros(2 * src.size, dtype)[::2]  # not contiguous: a plain copy
+    stream_copy(strided, src)
+    assert np.array_equal(strided, src)
+    with pytest.raises(ValueError):  # numpy's own error for shapes that do not match
+        stream_copy(dst[:10], src)

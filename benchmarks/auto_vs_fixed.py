@@ -13,6 +13,11 @@ where the totals are the large sizes').
 Files of the same collective and rank count are repeated runs: the row then gives each run's
 count of sizes within 5%, sweep ratios and mean busbw ratios, and judges the median over the
 runs of each (algorithm, size) cell (the worst size and the totals are the median's).
+
+A second table gives nccl-tests' own summary of a run, ``# Avg bus bandwidth``: the mean of
+busbw over every size of both placements (``src/common.cu`` adds each out-of-place and
+in-place busbw and divides by their count), ``auto``'s against that of the fixed algorithm
+with the largest one, per (collective, ranks).
 """
 
 from __future__ import annotations
@@ -40,12 +45,27 @@ def _median(runs: list[list[tuple[str, int, float]]]) -> list[tuple[str, int, fl
             if len(t) == len(runs)]
 
 
+def _means(rows: list[tuple[str, int, float]]) -> dict[str, float]:
+    """Every algorithm's mean of size / time over ``rows`` (busbw is that times one factor
+    per collective and rank count, which cancels in ratios)."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for algo, size, seconds in rows:
+        found[algo].append(size / seconds)
+    return {algo: float(np.mean(values)) for algo, values in found.items()}
+
+
 def _mean_busbw(rows: list[tuple[str, int, float]]) -> str:
-    """``auto``'s mean busbw over the sizes against ``shm``'s (nccl-tests' ``# Avg bus
-    bandwidth``; busbw is size / time times one factor for both, so the factor cancels)."""
-    mean = {algo: np.mean([size / t for a, size, t in rows if a == algo])
-            for algo in ("auto", "shm")}
+    """``auto``'s mean busbw over the sizes against ``shm``'s."""
+    mean = _means(rows)
     return f"{mean['auto'] / mean['shm']:.2f}"
+
+
+def _avg_bus_bandwidth(rows: list[tuple[str, int, float]]) -> tuple[float, str]:
+    """``auto``'s mean busbw over ``rows`` against the largest of the fixed algorithms',
+    and that algorithm."""
+    mean = _means(rows)
+    best = max((m, a) for a, m in mean.items() if a != "auto")
+    return mean["auto"] / best[0], best[1]
 
 
 def main(paths: list[str]) -> None:
@@ -82,6 +102,22 @@ def main(paths: list[str]) -> None:
             print(f"| {collective} | {nranks} | {'in-place' if inplace else 'out-of-place'} | "
                   f"{within} | {worst.ratio:.2f} ({format_size(worst.size)}, {worst.best}) | "
                   f"{mine / total:.2f} ({best}) | {sweep_shm} | {mean} |")
+    print()
+    print("| collective | ranks | avg bus bandwidth, both placements: auto / best fixed "
+          "(algo) |")
+    print("|---|---|---|")
+    for (collective, nranks), runs in groups.items():
+        # median per (algorithm, size, placement) cell, then the sizes alone
+        keyed = [[(r["algo"], (r["size"], r["inplace"]), r["time_us"]) for r in records]
+                 for records in runs]
+        rows = [[(a, key[0], t) for a, key, t in cells] for cells in keyed]
+        median = [(a, key[0], t) for a, key, t in _median(keyed)]
+        ratio, best = _avg_bus_bandwidth(median)
+        cell = f"{ratio:.2f} ({best})"
+        if len(rows) > 1:
+            cell += " (runs: " + ", ".join(f"{_avg_bus_bandwidth(r)[0]:.2f}"
+                                           for r in rows) + ")"
+        print(f"| {collective} | {nranks} | {cell} |")
 
 
 if __name__ == "__main__":

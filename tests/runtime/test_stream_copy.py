@@ -35,3 +35,22 @@ def test_typed_arrays_and_the_plain_fallback(dtype):
     assert np.array_equal(strided, src)
     with pytest.raises(ValueError):  # numpy's own error for shapes that do not match
         stream_copy(dst[:10], src)
+
+
+def test_the_benchmark_script_prints_both_stores(capsys, monkeypatch):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "stream_copy.py"
+    spec = importlib.util.spec_from_file_location("stream_copy_benchmark", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", ["stream_copy.py", "--mib", "1", "--segment-kib", "96",
+                                      "--repeats", "1"])
+    module.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("# 1 MiB through a 96 KiB staging segment, best of 1")
+    assert [line.split()[0] for line in lines[1:4]] == ["store", "plain", "stream"]
+    assert all(float(line.split()[1]) > 0 for line in lines[2:4])
+    assert lines[4].startswith("# streamed / plain time: ")

@@ -1,4 +1,4 @@
-"""The fast path's copy with non-temporal stores: the same bytes as a plain copy at every
+"""The fast path's copy and sum with non-temporal stores: the same bytes as numpy at every
 alignment of its ends (a head and a tail around the aligned body), and a plain copy where it
 cannot stream."""
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commflow.runtime._stream_kernels import stream_copy
+from commflow.runtime._stream_kernels import stream_add, stream_copy
 
 _SOURCE = np.random.default_rng(7).integers(0, 256, 1 << 16, dtype=np.uint8)
 
@@ -54,3 +54,26 @@ def test_the_benchmark_script_prints_both_stores(capsys, monkeypatch):
     assert [line.split()[0] for line in lines[1:4]] == ["store", "plain", "stream"]
     assert all(float(line.split()[1]) > 0 for line in lines[2:4])
     assert lines[4].startswith("# streamed / plain time: ")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_streamed_sums_match_numpy_at_any_alignment(dtype):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(5000) * 1000).astype(dtype)
+    y = (rng.standard_normal(5000) * 1000).astype(dtype)
+    for at in range(9):  # the output's start against the 32-byte stores
+        for count in (0, 1, 9, 4097):
+            out = np.zeros(count + 16, dtype)
+            assert stream_add(out[at:at + count], x[3:3 + count], y[:count])
+            assert np.array_equal(out[at:at + count], x[3:3 + count] + y[:count])
+            assert not out[:at].any() and not out[at + count:].any()
+
+
+def test_streamed_sums_refuse_what_they_cannot_add():
+    x = np.ones(64, np.float32)
+    out = np.zeros(64, np.float32)
+    assert not stream_add(x, x, out)  # the output is an input: numpy's add instead
+    assert not stream_add(out.astype(np.float16), x.astype(np.float16), x.astype(np.float16))
+    assert not stream_add(out[::2], x[:32], x[:32])  # not contiguous
+    assert not stream_add(out[:10], x[:11], x[:11])
+    assert not out.any()

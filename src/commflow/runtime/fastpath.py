@@ -96,11 +96,11 @@ class Variant:
     peers' input and output buffers with ``process_vm_readv`` (one copy per byte;
     :mod:`commflow.runtime.cma`; allreduces of at most ``one_shot`` bytes still stage)."""
     store: str = CACHED
-    """``"cached"``: plain stores into the output; ``"stream"``: staged data is copied into
-    the output with non-temporal stores, which do not read the output's lines first nor
-    evict the staging areas from the caches (faster into large buffers beyond the caches,
-    slower for outputs read right after from the caches; plain stores where
-    :data:`commflow.runtime._stream_kernels.AVAILABLE` is false)."""
+    """``"cached"``: plain stores into the output; ``"stream"``: staged data is copied (and
+    summed) into the output with non-temporal stores, which do not read the output's lines
+    first nor evict the staging areas from the caches (faster into large buffers beyond the
+    caches, slower into outputs already cached; :class:`~.fastpath_output.Output`; plain
+    stores where :data:`commflow.runtime._stream_kernels.AVAILABLE` is false)."""
 
     def __post_init__(self) -> None:
         if self.copy not in (STAGE, CMA):
@@ -230,14 +230,21 @@ _CUT = (Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLGATHER)
 
 
 def _reduce_into(out: np.ndarray, first: np.ndarray, stages: list[np.ndarray],
-                 ranks: Iterable[int], where: slice, reduce: Reducer) -> None:
+                 ranks: Iterable[int], where: slice, reduce: Reducer,
+                 writer: Output = PLAIN) -> None:
     """``out`` = ``first`` reduced with ``stages[r][where]`` for ``r`` in ``ranks``, in that
-    order, into ``out`` from the first pass on (``first`` may be ``out``'s own memory)."""
-    for r in ranks:
-        reduce(first, stages[r][where], out)
-        first = out
-    if first is not out:  # no peer: one rank
-        out[...] = first
+    order (``first`` may be ``out``'s own memory); partial results go to
+    ``writer.target(out)``, the last reduction into ``out`` through ``writer``."""
+    ranks = list(ranks)
+    if not ranks:  # no peer: one rank
+        if first is not out:
+            writer.copy(out, first)
+        return
+    partial = writer.target(out)
+    for r in ranks[:-1]:
+        reduce(first, stages[r][where], partial)
+        first = partial
+    writer.reduce(reduce, first, stages[ranks[-1]][where], out)
 
 
 class SharedBufferPaths:
@@ -291,16 +298,12 @@ class SharedBufferPaths:
                     options.one_shot is None or m * send.dtype.itemsize <= one_shot):
                 mine[:m] = send[lo:hi]
                 wait()
-                dst = recv[lo:hi]
-                reduce(stages[0][:m], stages[1][:m], into := out.target(dst))  # in rank order
-                out.settle(dst, into)
+                out.reduce(reduce, stages[0][:m], stages[1][:m], recv[lo:hi])  # in rank order
             elif collective is Collective.ALLREDUCE and m * send.dtype.itemsize <= one_shot:
                 mine[:m] = send[lo:hi]
                 wait()
-                dst = recv[lo:hi]
-                _reduce_into(into := out.target(dst), stages[0][:m], stages, range(1, n),
-                             slice(0, m), reduce)
-                out.settle(dst, into)
+                _reduce_into(recv[lo:hi], stages[0][:m], stages, range(1, n), slice(0, m),
+                             reduce, out)
             elif collective is Collective.ALLREDUCE:
                 bounds = [m * r // n for r in range(n + 1)]
                 first, last = bounds[me], bounds[me + 1]
@@ -321,8 +324,7 @@ class SharedBufferPaths:
                 s = slice(me * m, (me + 1) * m)
                 dst = recv[lo:hi]
                 own = dst if placed else send[me * unit + lo:me * unit + hi]
-                _reduce_into(into := out.target(dst), own, stages, others, s, reduce)
-                out.settle(dst, into)
+                _reduce_into(dst, own, stages, others, s, reduce, out)
             elif collective is Collective.ALLGATHER:
                 mine[:m] = send[lo:hi]
                 wait()

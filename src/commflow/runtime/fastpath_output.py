@@ -8,27 +8,37 @@ from collections.abc import Callable
 
 import numpy as np
 
+from commflow.runtime.ops import Reducer
+
 
 class Output:
-    """How a call writes its output: plain stores, or (``scratch`` given) non-temporal
-    copies, with reductions computed into ``scratch``, a private segment that stays in the
-    caches, and then streamed out (:attr:`Variant.store`)."""
+    """How a call writes its output: plain stores, or (``scratch`` given) non-temporal ones:
+    copies streamed, sums of common dtypes added and streamed by one kernel, and other
+    reductions (and partial results) computed into ``scratch``, a private segment that
+    stays in the caches, then streamed out (:attr:`Variant.store`)."""
 
     def __init__(self, scratch: np.ndarray | None) -> None:
         self.scratch = scratch
         if scratch is None:
             self.copy: Callable[[np.ndarray, np.ndarray], None] = np.copyto
         else:
-            from commflow.runtime._stream_kernels import stream_copy
-            self.copy = stream_copy
+            from commflow.runtime._stream_kernels import stream_add, stream_copy
+            self.copy, self._add = stream_copy, stream_add
 
     def target(self, dst: np.ndarray) -> np.ndarray:
-        """Where to compute what goes into ``dst`` (``dst`` itself for plain stores)."""
+        """Where to compute a partial result bound for ``dst`` (``dst`` itself for plain
+        stores, else the scratch segment)."""
         return dst if self.scratch is None else self.scratch[:dst.size]
 
-    def settle(self, dst: np.ndarray, into: np.ndarray) -> None:
-        """Move what was computed into ``target(dst)`` to ``dst``."""
-        if into is not dst:
+    def reduce(self, reduce: Reducer, a: np.ndarray, b: np.ndarray, dst: np.ndarray) -> None:
+        """``dst = reduce(a, b)``; streamed: a sum the kernel adds itself
+        (:func:`~commflow.runtime._stream_kernels.stream_add`), else reduced into the
+        scratch segment and streamed out."""
+        if self.scratch is None:
+            reduce(a, b, dst)
+        elif not (reduce is np.add and self._add(dst, a, b)):
+            into = self.scratch[:dst.size]
+            reduce(a, b, into)
             self.copy(dst, into)
 
 

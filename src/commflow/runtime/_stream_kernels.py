@@ -126,11 +126,12 @@ def stream_add(out: np.ndarray, x: np.ndarray, y: np.ndarray) -> bool:
 
 
 def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[...] = src`` for two contiguous arrays of the same dtype and size that do not
-    overlap, with non-temporal stores (a plain copy where they are not
-    :data:`AVAILABLE` or an array is not contiguous)."""
+    """``dst[...] = src`` with non-temporal stores for two contiguous arrays of the same
+    dtype and shape that do not overlap; a plain copy (numpy's) otherwise, or where streaming
+    is not :data:`AVAILABLE`."""
     if (not AVAILABLE or dst.dtype != src.dtype or dst.shape != src.shape
-            or not dst.flags.c_contiguous or not src.flags.c_contiguous):
+            or not dst.flags.c_contiguous or not src.flags.c_contiguous
+            or np.may_share_memory(dst, src)):
         dst[...] = src
         return
     _stream(dst.ctypes.data, src.ctypes.data, dst.nbytes)

@@ -26,7 +26,8 @@ AVAILABLE = platform.machine().lower() in ("x86_64", "amd64")
 """Whether this machine has the non-temporal vector stores and ``sfence`` the kernel uses."""
 
 _VECTOR = 32
-"""Bytes per store (an AVX ``vmovntdq``; its destination must be aligned to this)."""
+"""Bytes per store (32-byte AVX non-temporal stores, ``vmovntps`` as LLVM emits them on this
+machine; their destination must be aligned to this)."""
 
 
 @intrinsic

@@ -1,6 +1,7 @@
 """The online tuner's head-to-head rounds: a winner of successive halving replaces what
 ``auto`` runs without a table only when it is faster by the margin in the final round (4 KiB
-pages) and again in a re-check with twice the calls (huge pages; measured times injected, so
+pages), again in a re-check with twice the calls (huge pages) and, given traffic, in a round
+where another algorithm's call comes before every timed call (measured times injected, so
 the rounds are exact)."""
 
 from __future__ import annotations
@@ -26,18 +27,21 @@ class _Rank:
         return x
 
 
-def _halve(*heads: dict[str, float]) -> tuple[tuple[str, float], list[tuple[list[str], int]]]:
+def _halve(*heads: dict[str, float], traffic: str | None = None
+           ) -> tuple[tuple[str, float], list[tuple[list[str], int, str, str | None]]]:
     """:func:`halve` on :data:`NAMES` with ``shm`` the incumbent, the halving rounds timed as
     :data:`HALVING` and the head-to-head rounds as ``heads``; its answer and the calls the
-    head-to-head rounds were asked for (names in turn order, calls of each, pages)."""
-    asked: list[tuple[list[str], int, str]] = []
+    head-to-head rounds were asked for (names in turn order, calls of each, pages, the
+    algorithm called between timed calls)."""
+    asked: list[tuple[list[str], int, str, str | None]] = []
 
-    def measure(comm, collective, x, names, iters, placements, pages=SMALL):
-        asked.append((list(names), iters, pages))
+    def measure(comm, collective, x, names, iters, placements, pages=SMALL, between=None):
+        asked.append((list(names), iters, pages, between))
         round_ = len(asked) - 4  # warm-up, then three halving rounds (4, 2 names)
         return dict(HALVING) if round_ < 0 else dict(heads[round_])
 
-    answer = halve(_Rank(), AR, 4096, NAMES, incumbent="shm", measure=measure)
+    answer = halve(_Rank(), AR, 4096, NAMES, incumbent="shm", traffic=traffic,
+                   measure=measure)
     return answer, asked[3:]
 
 
@@ -45,8 +49,8 @@ def test_a_winner_that_wins_only_the_final_round_leaves_the_default():
     (best, seconds), heads = _halve({"shm:spin=0": 9.0, "shm": 10.0},
                                     {"shm:spin=0": 9.9, "shm": 10.0})
     assert (best, seconds) == ("shm", 10.0)
-    assert heads == [(["shm:spin=0", "shm"], FINAL_CALLS, SMALL),
-                     (["shm", "shm:spin=0"], 2 * FINAL_CALLS, HUGE)]
+    assert heads == [(["shm:spin=0", "shm"], FINAL_CALLS, SMALL, None),
+                     (["shm", "shm:spin=0"], 2 * FINAL_CALLS, HUGE, None)]
 
 
 def test_a_winner_that_wins_both_rounds_by_the_margin_replaces_the_default():
@@ -54,8 +58,27 @@ def test_a_winner_that_wins_both_rounds_by_the_margin_replaces_the_default():
     (best, seconds), heads = _halve({"shm:spin=0": 9.0, "shm": 10.0},
                                     {"shm:spin=0": faster, "shm": 10.0})
     assert (best, seconds) == ("shm:spin=0", pytest.approx(faster))
-    assert [(calls, pages) for _, calls, pages in heads] == [(FINAL_CALLS, SMALL),
-                                                            (2 * FINAL_CALLS, HUGE)]
+    assert [(calls, pages) for _, calls, pages, _ in heads] == [(FINAL_CALLS, SMALL),
+                                                               (2 * FINAL_CALLS, HUGE)]
+
+
+def test_a_winner_that_loses_among_other_traffic_leaves_the_default():
+    """Faster by the margin on quiet buffers of both kinds, but not when a call of another
+    algorithm comes before each timed call: ``shm`` stays."""
+    faster = {"shm:spin=0": 10.0 * (1 - MARGIN) - 0.01, "shm": 10.0}
+    (best, seconds), heads = _halve(faster, faster, {"shm:spin=0": 10.3, "shm": 10.0},
+                                    traffic="ring")
+    assert (best, seconds) == ("shm", 10.0)
+    assert heads[2] == (["shm:spin=0", "shm"], 2 * FINAL_CALLS, SMALL, "ring")
+    (best, _), heads = _halve(faster, faster, faster, traffic="ring")
+    assert best == "shm:spin=0" and len(heads) == 3
+
+
+@pytest.mark.parametrize("traffic", ["shm", "shm:spin=0"])
+def test_no_traffic_round_where_the_traffic_is_one_of_the_two(traffic):
+    faster = {"shm:spin=0": 10.0 * (1 - MARGIN) - 0.01, "shm": 10.0}
+    (best, _), heads = _halve(faster, faster, traffic=traffic)
+    assert best == "shm:spin=0" and len(heads) == 2
 
 
 def test_a_winner_that_loses_the_final_round_is_not_rechecked():
@@ -112,6 +135,28 @@ def test_out_of_place_samples_reuse_one_preallocated_output(collective):
     assert len({out for _, _, out in outside}) == 1 and outside[0][2] is not None
     assert all(src == x.ctypes.data for _, src, _ in outside)
     assert len({(src, out) for _, src, out in inside}) == 1 and inside[0][1] != x.ctypes.data
+
+
+def test_traffic_calls_come_before_every_timed_call_on_the_same_buffers():
+    """With ``between``, every timed call follows an untimed call of that algorithm on the
+    same buffer, in place here."""
+    from commflow.tune.online import _time
+
+    calls: list[tuple[str, int]] = []
+
+    class _Algos(_Rank):
+        def barrier(self) -> None:
+            pass
+
+        def allreduce(self, x, op: str = "sum", *, algo: str = "auto", out=None):
+            if algo != "auto":  # "auto": the tuner's own agreement on times
+                calls.append((algo, x.ctypes.data))
+            return x
+
+    x = np.arange(8, dtype=np.float32)
+    _time(_Algos(), AR, x, ["shm", "shm:spin=0"], 2, placements=(True,), between="ring")
+    assert [algo for algo, _ in calls] == ["ring", "shm", "ring", "shm:spin=0"] * 2
+    assert len({address for _, address in calls}) == 1 and calls[0][1] != x.ctypes.data
 
 
 def _thp_eligible(a: np.ndarray) -> int:

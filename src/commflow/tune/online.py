@@ -19,7 +19,11 @@ timed once (:func:`distinct`). A winner replaces what ``auto`` runs without a ta
 is more than :data:`MARGIN` faster than it in a final round and again in a re-check with
 twice the calls, the final round on the 4 KiB pages of a torch tensor and the re-check on
 the huge pages numpy gives large arrays (:func:`buffer`): a gain that holds on one kind of
-page only is not kept.
+page only is not kept. A third round times them again on 4 KiB pages, each call after an
+untimed call of a registered program of the collective, as where other collectives run
+between two calls of this one: a single-copy variant that wins on quiet buffers may lose
+there (2 ranks, reduce-scatter in place, 16 MiB: ``shm:copy=cma`` 0.84x ``shm`` alone,
+1.03x with ``ring`` between calls).
 """
 
 from __future__ import annotations
@@ -142,13 +146,14 @@ def small_pages(count: int, dtype: np.dtype | type) -> np.ndarray:
 
 def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
           iters: int, placements: Sequence[bool] = (False, True),
-          pages: str = SMALL) -> dict[str, float]:
+          pages: str = SMALL, between: str | None = None) -> dict[str, float]:
     """Median over ``iters`` samples of the slowest rank's seconds, per name; a sample is
     one call in each of ``placements`` (``True``: in place; a program run in place copies
     its input first; out of place into one preallocated output, as ``commflow bench`` and
     DDP's buckets call, not a fresh array whose pages each call would fault in; every buffer
-    on ``pages``, :func:`buffer`). The names take turns sample by sample, so a change in the
-    machine's load reaches all of them alike."""
+    on ``pages``, :func:`buffer`), each timed call after an untimed call of the algorithm
+    ``between`` on the same buffers where one is given. The names take turns sample by
+    sample, so a change in the machine's load reaches all of them alike."""
     buf = buffer(len(x) * (comm.size if collective is Collective.ALLGATHER else 1), x.dtype,
                  pages)
     out = buffer(len(x) // comm.size if collective is Collective.REDUCESCATTER else len(buf),
@@ -159,6 +164,8 @@ def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
     for i in range(iters):
         for j, name in enumerate(names):
             for placed in placements:
+                if between is not None:
+                    _call(comm, collective, x, between, buf if placed else None, out)
                 mine[...] = x
                 comm.barrier()
                 start = time.perf_counter()
@@ -175,19 +182,19 @@ FINAL_CALLS = 16
 re-check that follows makes twice as many)."""
 MARGIN = 0.03
 """How much faster than the incumbent (what ``auto`` runs without a table) a winner must be
-in each of two head-to-head rounds of :func:`halve` to replace it: a rule that only follows
+in each head-to-head round of :func:`halve` to replace it: a rule that only follows
 a noisy round would make ``auto`` slower than the default it replaces."""
 
 Measure = Callable[..., dict[str, float]]
 """How :func:`halve` times candidates: ``measure(comm, collective, x, names, iters,
-placements, pages)`` returns every name's seconds per sample, the same on every rank
-(default: the median of the slowest rank's, names taking turns sample by sample)."""
+placements, pages, between)`` returns every name's seconds per sample, the same on every
+rank (default: the median of the slowest rank's, names taking turns sample by sample)."""
 
 
 def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
           iters: int = 3, deadline: float = float("inf"), incumbent: str | None = None,
           margin: float = MARGIN, placements: Sequence[bool] = (False, True),
-          measure: Measure = _time) -> tuple[str, float]:
+          traffic: str | None = None, measure: Measure = _time) -> tuple[str, float]:
     """The fastest of ``names`` for a ``size``-byte ``collective`` (nccl-tests convention)
     by successive halving, and its median seconds per sample (one call in each of
     ``placements``: ``False`` out of place, ``True`` in place). Every rank returns the same.
@@ -197,9 +204,12 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     costs about the same: half the names, twice the calls). With an ``incumbent`` (one of
     ``names``), the winner then runs against it, call by call, as many calls as the last
     round made (at least :data:`FINAL_CALLS`), on 4 KiB pages, then again with twice the
-    calls on huge pages (:func:`buffer`), the incumbent taking the first turn, and replaces
-    it only when more than ``margin`` faster in both rounds (the time returned is the
-    re-check's). ``measure`` times the calls (:data:`Measure`; tests pass their own)."""
+    calls on huge pages (:func:`buffer`), the incumbent taking the first turn, and, given
+    another algorithm of the collective as ``traffic``, with as many calls on 4 KiB pages,
+    each after an untimed call of ``traffic`` (as where other collectives run between two
+    calls of this one); it replaces the incumbent only when more than ``margin`` faster in
+    every round (the time returned is the last round's). ``measure`` times the calls
+    (:data:`Measure`; tests pass their own)."""
     count = _count(collective, size, comm.size)
     x = small_pages(count, np.float32)
     x[...] = np.random.default_rng(comm.rank).standard_normal(count)
@@ -220,11 +230,13 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     if incumbent is None or incumbent == best:
         return best, timed[best]
     calls = max(FINAL_CALLS, rounds // 2)
-    for turns, pages in (([best, incumbent], SMALL), ([incumbent, best], HUGE)):
-        final = measure(comm, collective, x, turns, calls, placements, pages)
+    checks = [([best, incumbent], calls, SMALL, None), ([incumbent, best], 2 * calls, HUGE, None)]
+    if traffic not in (None, best, incumbent):
+        checks.append(([best, incumbent], 2 * calls, SMALL, traffic))
+    for turns, count, pages, between in checks:
+        final = measure(comm, collective, x, turns, count, placements, pages, between)
         if final[best] >= final[incumbent] * (1 - margin):
             return incumbent, final[incumbent]
-        calls *= 2
     return best, final[best]
 
 
@@ -243,7 +255,7 @@ def tune_live(comm, sizes: Sequence[int], *,
     sizes = [int(s) for s in sizes]
     if not sizes or sizes != sorted(set(sizes)) or sizes[0] < 1:
         raise CommflowError(f"online tuning needs increasing sizes >= 1 byte, got {sizes}")
-    from commflow.runtime import programs
+    from commflow.runtime import fastpath, programs
 
     kinds = [parse_collective(c) for c in collectives]
     deadline = time.monotonic() + budget
@@ -255,10 +267,11 @@ def tune_live(comm, sizes: Sequence[int], *,
         for size in sizes:
             kept = distinct(names, kind, size, comm.size)
             default = programs.builtin(kind, size, fast_path=getattr(comm, "fast_path", False))
+            traffic = next((n for n in kept if n != default and not fastpath.is_fast(n)), None)
             winners.append(tuple(
                 halve(comm, kind, size, kept, iters=iters, placements=(placed,),
                       deadline=min(deadline, time.monotonic() + per_case / 2),
-                      incumbent=default if default in kept else None)
+                      incumbent=default if default in kept else None, traffic=traffic)
                 for placed in (False, True)))
         rules += _rules(kind, comm.size, sizes, winners)
     return TuningTable(fingerprint=live_fingerprint(comm), topology=f"live {comm.size} ranks",

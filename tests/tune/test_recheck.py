@@ -37,12 +37,12 @@ def _halve(*heads: dict[str, float], traffic: str | None = None
 
     def measure(comm, collective, x, names, iters, placements, pages=SMALL, between=None):
         asked.append((list(names), iters, pages, between))
-        round_ = len(asked) - 4  # warm-up, then three halving rounds (4, 2 names)
+        round_ = len(asked) - 7  # two warm-ups, two halving rounds (4, 2 names) x 2 pages
         return dict(HALVING) if round_ < 0 else dict(heads[round_])
 
     answer = halve(_Rank(), AR, 4096, NAMES, incumbent="shm", traffic=traffic,
                    measure=measure)
-    return answer, asked[3:]
+    return answer, asked[6:]
 
 
 def test_a_winner_that_wins_only_the_final_round_leaves_the_default():
@@ -79,6 +79,22 @@ def test_no_traffic_round_where_the_traffic_is_one_of_the_two(traffic):
     faster = {"shm:spin=0": 10.0 * (1 - MARGIN) - 0.01, "shm": 10.0}
     (best, _), heads = _halve(faster, faster, traffic=traffic)
     assert best == "shm:spin=0" and len(heads) == 2
+
+
+def test_halving_rounds_time_half_their_calls_on_each_kind_of_page():
+    """The rounds that halve the names time every survivor on 4 KiB pages and on huge
+    pages, half of the calls on each (the mean of the two medians ranks them)."""
+    asked: list[tuple[int, int, str]] = []
+
+    def measure(comm, collective, x, names, iters, placements, pages=SMALL, between=None):
+        asked.append((len(names), iters, pages))
+        slow_on_huge = {"shm": 10.0, "shm:spin=0": 12.0 if pages == HUGE else 9.0,
+                        "ring": 20.0, "direct": 30.0}
+        return {n: slow_on_huge[n] for n in names}
+
+    best, seconds = halve(_Rank(), AR, 4096, NAMES, iters=4, measure=measure)
+    assert asked[2:] == [(4, 2, SMALL), (4, 2, HUGE), (2, 4, SMALL), (2, 4, HUGE)]
+    assert (best, seconds) == ("shm", 10.0)  # spin=0: 9 on small pages, 12 on huge
 
 
 def test_a_winner_that_loses_the_final_round_is_not_rechecked():

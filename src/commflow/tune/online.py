@@ -2,9 +2,10 @@
 
 For each collective, size and placement (out of place, in place), every algorithm the
 runtime can run on this communicator is timed by successive halving (Jamieson and Talwalkar
-2016): each round times the surviving candidates ``iters`` times (each call after a barrier;
-the time is the slowest rank's, so every rank sees the same numbers and keeps the same
-half), then the number of calls doubles, until one is left or the time budget is spent
+2016): each round times the surviving candidates ``iters`` times, half of the calls on 4
+KiB pages and half on huge pages (:func:`buffer`; each call after a barrier; the time is
+the slowest rank's, so every rank sees the same numbers and keeps the same half), then the
+number of calls doubles, until one is left or the time budget is spent
 (then the fastest so far wins). Runs of sizes with the same winners become rules of a
 :class:`~commflow.tuning_table.TuningTable` (``model="live"``, keyed by
 :func:`live_fingerprint`): one rule for both placements where they have the same winner, a
@@ -20,7 +21,8 @@ is more than :data:`MARGIN` faster than it in a final round and again in a re-ch
 twice the calls, the final round on the 4 KiB pages of a torch tensor and the re-check on
 the huge pages numpy gives large arrays (:func:`buffer`): a gain that holds on one kind of
 page only is not kept. A third round times them again on 4 KiB pages, each call after an
-untimed call of a registered program of the collective, as where other collectives run
+untimed call of the program ``auto`` runs where the fast path does not
+(:func:`commflow.runtime.programs.builtin`), as where other collectives run
 between two calls of this one: a single-copy variant that wins on quiet buffers may lose
 there (2 ranks, reduce-scatter in place, 16 MiB: ``shm:copy=cma`` 0.84x ``shm`` alone,
 1.03x with ``ring`` between calls).
@@ -158,6 +160,8 @@ def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
                  pages)
     out = buffer(len(x) // comm.size if collective is Collective.REDUCESCATTER else len(buf),
                  x.dtype, pages)
+    buf.fill(0)  # fault every page in now, not in the first name's first call
+    out.fill(0)
     block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
     mine = buf[block] if collective is Collective.ALLGATHER else buf
     times = np.zeros((len(names), iters))
@@ -179,7 +183,7 @@ MAX_ITERS = 64
 """Most calls per candidate in the first round of :func:`halve`."""
 FINAL_CALLS = 16
 """Fewest calls of each in the final round of :func:`halve` against the incumbent (the
-re-check that follows makes twice as many)."""
+re-check and the round among other traffic that follow make twice as many)."""
 MARGIN = 0.03
 """How much faster than the incumbent (what ``auto`` runs without a table) a winner must be
 in each head-to-head round of :func:`halve` to replace it: a rule that only follows
@@ -199,8 +203,11 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     by successive halving, and its median seconds per sample (one call in each of
     ``placements``: ``False`` out of place, ``True`` in place). Every rank returns the same.
 
-    The first round times every name ``iters`` times, or more (up to :data:`MAX_ITERS`)
-    when a warm-up call of each says that the rounds fit before ``deadline`` (every round
+    Each round times the names on both kinds of page (:func:`buffer`), half of the calls
+    on each, and ranks them by the mean of the two medians. The first round times every
+    name ``iters`` times, or more (up to :data:`MAX_ITERS`)
+    when a second warm-up call of each (the first pays for setting up: segments, page
+    faults) says that the rounds fit before ``deadline`` (every round
     costs about the same: half the names, twice the calls). With an ``incumbent`` (one of
     ``names``), the winner then runs against it, call by call, as many calls as the last
     round made (at least :data:`FINAL_CALLS`), on 4 KiB pages, then again with twice the
@@ -214,13 +221,16 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     x = small_pages(count, np.float32)
     x[...] = np.random.default_rng(comm.rank).standard_normal(count)
     alive = list(names)
-    timed = measure(comm, collective, x, alive, 1, placements)  # warm-up
+    for _ in range(2):  # warm-up; the second call's times say how many calls fit
+        timed = measure(comm, collective, x, alive, 1, placements)
     left = comm.allreduce(np.array([deadline - time.monotonic()]), op="min")[0]
     rounds_left = max(1, math.ceil(math.log2(len(alive))))
     fits = left / (sum(timed.values()) * rounds_left * 1.5)  # 1.5: barriers, stragglers
     rounds = int(min(MAX_ITERS, max(iters, fits))) if math.isfinite(fits) else iters
     while len(alive) > 1:
-        timed = measure(comm, collective, x, alive, rounds, placements)
+        halves = [measure(comm, collective, x, alive, -(-rounds // 2), placements, pages)
+                  for pages in (SMALL, HUGE)]
+        timed = {n: (halves[0][n] + halves[1][n]) / 2 for n in alive}
         alive = sorted(alive, key=lambda n: (timed[n], n))[: max(1, len(alive) // 2)]
         rounds *= 2
         over = comm.allreduce(np.array([float(time.monotonic() > deadline)]), op="max")[0]
@@ -255,7 +265,7 @@ def tune_live(comm, sizes: Sequence[int], *,
     sizes = [int(s) for s in sizes]
     if not sizes or sizes != sorted(set(sizes)) or sizes[0] < 1:
         raise CommflowError(f"online tuning needs increasing sizes >= 1 byte, got {sizes}")
-    from commflow.runtime import fastpath, programs
+    from commflow.runtime import programs
 
     kinds = [parse_collective(c) for c in collectives]
     deadline = time.monotonic() + budget
@@ -267,7 +277,8 @@ def tune_live(comm, sizes: Sequence[int], *,
         for size in sizes:
             kept = distinct(names, kind, size, comm.size)
             default = programs.builtin(kind, size, fast_path=getattr(comm, "fast_path", False))
-            traffic = next((n for n in kept if n != default and not fastpath.is_fast(n)), None)
+            program = programs.builtin(kind, size)  # what auto runs without the fast path
+            traffic = program if program != default and program in kept else None
             winners.append(tuple(
                 halve(comm, kind, size, kept, iters=iters, placements=(placed,),
                       deadline=min(deadline, time.monotonic() + per_case / 2),

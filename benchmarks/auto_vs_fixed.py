@@ -18,6 +18,10 @@ A second table gives nccl-tests' own summary of a run, ``# Avg bus bandwidth``: 
 busbw over every size of both placements (``src/common.cu`` adds each out-of-place and
 in-place busbw and divides by their count), ``auto``'s against that of the fixed algorithm
 with the largest one, per (collective, ranks).
+
+A third table gives, per size, the fastest *program* algorithm's time (every fixed one but
+``shm``) over ``shm``'s, out of place, median over the runs: below 1 where a program beats
+the fast path's defaults.
 """
 
 from __future__ import annotations
@@ -118,6 +122,25 @@ def main(paths: list[str]) -> None:
             cell += " (runs: " + ", ".join(f"{_avg_bus_bandwidth(r)[0]:.2f}"
                                            for r in rows) + ")"
         print(f"| {collective} | {nranks} | {cell} |")
+    _programs(groups)
+
+
+def _programs(groups: dict[tuple[str, int], list[list[dict]]]) -> None:
+    """Print the third table (see the module docstring)."""
+    sizes = sorted({r["size"] for runs in groups.values() for rs in runs for r in rs})
+    print()
+    print("| collective | ranks | " + " | ".join(format_size(s) for s in sizes) + " |")
+    print("|---|---|" + "---|" * len(sizes))
+    for (collective, nranks), runs in groups.items():
+        median = _median([[(r["algo"], r["size"], r["time_us"]) for r in records
+                           if not r["inplace"]] for records in runs])
+        cells = []
+        for size in sizes:
+            times = {a: t for a, s, t in median if s == size}
+            programs = [t for a, t in times.items() if a not in ("auto", "shm")]
+            cells.append(f"{min(programs) / times['shm']:.2f}"
+                         if programs and "shm" in times else "-")
+        print(f"| {collective} | {nranks} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

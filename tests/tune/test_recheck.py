@@ -110,16 +110,20 @@ def test_the_incumbent_is_what_auto_runs_without_a_table():
 
 
 class _Recorder(_Rank):
-    """A one-rank stand-in that records the buffers each collective call was given."""
+    """A one-rank stand-in that records the buffers each collective call was given and
+    what they held, then scribbles over them as a call writes its output."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, int | None]] = []
+        self.held: list[tuple[np.ndarray, np.ndarray | None]] = []
 
     def barrier(self) -> None:
         pass
 
     def _record(self, what: str, x: np.ndarray, out: np.ndarray | None) -> None:
         self.calls.append((what, x.ctypes.data, None if out is None else out.ctypes.data))
+        self.held.append((x.copy(), None if out is None else out.copy()))
+        (x if out is None else out)[...] = -1.0
 
     def allreduce(self, x, op: str = "sum", *, algo: str = "auto", out=None):
         if algo == "auto":  # the tuner's own agreement on times
@@ -149,8 +153,30 @@ def test_out_of_place_samples_reuse_one_preallocated_output(collective):
     inside = [c for i, c in enumerate(comm.calls) if i % 2 == 1]
     assert len(outside) == len(inside) == 6
     assert len({out for _, _, out in outside}) == 1 and outside[0][2] is not None
-    assert all(src == x.ctypes.data for _, src, _ in outside)
+    assert len({src for _, src, _ in outside}) == 1
     assert len({(src, out) for _, src, out in inside}) == 1 and inside[0][1] != x.ctypes.data
+
+
+@pytest.mark.parametrize("collective", [AR, Collective.ALLGATHER, Collective.REDUCESCATTER])
+def test_every_call_is_prepared_as_commflow_bench_prepares_it(collective):
+    """Out of place the input holds ``x`` and the output is refilled before every call; in
+    place the whole buffer is restored (the input where this rank's data goes, zeros
+    elsewhere), whatever the previous call wrote."""
+    from commflow.tune.online import _time
+
+    comm = _Recorder()
+    x = np.arange(1, 9, dtype=np.float32)
+    _time(comm, collective, x, ["shm", "ring"], 2, placements=(False, True))
+    outside, inside = comm.held[0::2], comm.held[1::2]
+    for src, out in outside:
+        assert np.array_equal(src, x) and not out.any()
+    image = np.zeros(len(x) * (2 if collective is Collective.ALLGATHER else 1), np.float32)
+    image[:len(x)] = x  # rank 0's block
+    for held, whole in inside:
+        if collective is Collective.ALLGATHER:  # given its block, the whole buffer as output
+            assert np.array_equal(held, x) and np.array_equal(whole, image)
+        else:
+            assert np.array_equal(held, image)
 
 
 def test_traffic_calls_come_before_every_timed_call_on_the_same_buffers():

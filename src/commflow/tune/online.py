@@ -151,11 +151,16 @@ def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
           pages: str = SMALL, between: str | None = None) -> dict[str, float]:
     """Median over ``iters`` samples of the slowest rank's seconds, per name; a sample is
     one call in each of ``placements`` (``True``: in place; a program run in place copies
-    its input first; out of place into one preallocated output, as ``commflow bench`` and
-    DDP's buckets call, not a fresh array whose pages each call would fault in; every buffer
-    on ``pages``, :func:`buffer`), each timed call after an untimed call of the algorithm
-    ``between`` on the same buffers where one is given. The names take turns sample by
-    sample, so a change in the machine's load reaches all of them alike."""
+    its input first; out of place from a copy of ``x`` into one preallocated output, as
+    ``commflow bench`` and DDP's buckets call, not a fresh array whose pages each call would
+    fault in; every buffer on ``pages``, :func:`buffer`), each timed call after an untimed
+    call of the algorithm ``between`` on the same buffers where one is given. Every call is
+    prepared as ``commflow bench`` prepares it: in place the buffer is restored, out of
+    place the output is refilled (so it starts in the caches, as a buffer the caller has
+    just written). The names take turns sample by sample, so a change in the machine's load
+    reaches all of them alike."""
+    src = buffer(len(x), x.dtype, pages)
+    src[...] = x
     buf = buffer(len(x) * (comm.size if collective is Collective.ALLGATHER else 1), x.dtype,
                  pages)
     out = buffer(len(x) // comm.size if collective is Collective.REDUCESCATTER else len(buf),
@@ -163,17 +168,18 @@ def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
     buf.fill(0)  # fault every page in now, not in the first name's first call
     out.fill(0)
     block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
-    mine = buf[block] if collective is Collective.ALLGATHER else buf
+    (buf[block] if collective is Collective.ALLGATHER else buf)[...] = x
+    images = {True: (buf, buf.copy()), False: (out, np.zeros_like(out))}
     times = np.zeros((len(names), iters))
     for i in range(iters):
         for j, name in enumerate(names):
             for placed in placements:
                 if between is not None:
-                    _call(comm, collective, x, between, buf if placed else None, out)
-                mine[...] = x
+                    _call(comm, collective, src, between, buf if placed else None, out)
+                np.copyto(*images[placed])
                 comm.barrier()
                 start = time.perf_counter()
-                _call(comm, collective, x, name, buf if placed else None, out)
+                _call(comm, collective, src, name, buf if placed else None, out)
                 times[j, i] += time.perf_counter() - start
     slowest = comm.allreduce(times, op="max")
     return {name: float(np.median(row)) for name, row in zip(names, slowest, strict=True)}

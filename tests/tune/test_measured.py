@@ -66,7 +66,7 @@ def test_the_benchmark_table_judges_the_median_of_repeated_runs(tmp_path, capsys
                        "| 0.94 (shm) | 0.94 (runs: 0.94, 3.44, 0.94) "
                        "| 1.07 (runs: 1.06, 0.75, 1.07) |")
     # nccl-tests' summary pools both placements (the same times here): the same ratios
-    assert rows[-1] == "| allgather | 2 | 1.07 (shm) (runs: 1.06, 0.75, 1.07) |"
+    assert _table(rows, 1)[0] == "| allgather | 2 | 1.07 (shm) (runs: 1.06, 0.75, 1.07) |"
 
 
 def test_the_avg_bus_bandwidth_pools_both_placements(tmp_path, capsys):
@@ -86,4 +86,12 @@ def test_the_avg_bus_bandwidth_pools_both_placements(tmp_path, capsys):
     # out of place: auto (16 + 64) / 2 = 40 against shm (16 + 32) / 2 = 24; in place the
     # reverse; pooled: auto (16 + 64 + 16 + 32) / 4 = 32 = shm's, ring's 10
     assert rows[2].endswith("| 1.67 |") and rows[3].endswith("| 0.60 |")
-    assert rows[-1] == "| allgather | 2 | 1.00 (shm) |"
+    assert _table(rows, 1) == ["| allgather | 2 | 1.00 (shm) |"]
+    # the fastest program over shm, out of place: ring 4 us against 1 at 16 B, 2 at 64 B
+    assert _table(rows, 2) == ["| allgather | 2 | 4.00 | 2.00 |"]
+
+
+def _table(lines: list[str], which: int) -> list[str]:
+    """The rows (below header and rule) of the ``which``-th table of the script's output."""
+    tables = "\n".join(lines).split("\n\n")
+    return tables[which].splitlines()[2:]

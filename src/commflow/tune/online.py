@@ -194,8 +194,8 @@ MARGIN = 0.05
 """How much faster than the incumbent (what ``auto`` runs without a table) a winner must be
 in each head-to-head round of :func:`halve` to replace it: a rule that only follows a noisy
 round would make ``auto`` slower than the default it replaces (2 ranks, reduce-scatter in
-place, 16 MiB: ``shm:copy=cma`` won the three rounds by 3-6% and took 1.05-1.11x ``shm``'s
-time in ``commflow bench``)."""
+place, 16 MiB: ``shm:copy=cma`` won the rounds on 4 KiB pages by 3-4% and took 1.05-1.11x
+``shm``'s time in ``commflow bench``)."""
 
 Measure = Callable[..., dict[str, float]]
 """How :func:`halve` times candidates: ``measure(comm, collective, x, names, iters,
@@ -251,8 +251,8 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     checks = [([best, incumbent], calls, SMALL, None), ([incumbent, best], 2 * calls, HUGE, None)]
     if traffic not in (None, best, incumbent):
         checks.append(([best, incumbent], 2 * calls, SMALL, traffic))
-    for turns, count, pages, between in checks:
-        final = measure(comm, collective, x, turns, count, placements, pages, between)
+    for turns, samples, pages, between in checks:
+        final = measure(comm, collective, x, turns, samples, placements, pages, between)
         if final[best] >= final[incumbent] * (1 - margin):
             return incumbent, final[incumbent]
     return best, final[best]

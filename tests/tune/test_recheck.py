@@ -234,3 +234,25 @@ def test_the_tuner_times_on_small_pages_where_numpy_would_take_huge_ones():
     assert _thp_eligible(buffer(4 << 20, np.float32, HUGE)) == 1
     assert _thp_eligible(buffer(4 << 20, np.float32, SMALL)) == 0
     assert mine.flags.writeable and mine.flags.c_contiguous and mine.sum() == 4 << 20
+
+
+def test_the_traffic_is_the_program_auto_runs_without_the_fast_path(monkeypatch):
+    """``tune_live`` pits every winner against ``shm`` with the program ``auto`` would run
+    without the fast path as traffic: recursive doubling at 1 KiB, ring at 1 MiB."""
+    from commflow.tune import online
+
+    seen = []
+
+    def halve_(comm, kind, size, names, **options):
+        seen.append((size, options["incumbent"], options["traffic"]))
+        return "shm", 1e-6
+
+    monkeypatch.setattr(online, "candidates",
+                        lambda comm, kind: ["shm", "shm:spin=0", "ring", "recursive_doubling"])
+    monkeypatch.setattr(online, "halve", halve_)
+
+    class _Fast:
+        size, rank, fast_path = 2, 0, True
+
+    online.tune_live(_Fast(), [1024, 1 << 20], collectives=["allreduce"], budget=1.0)
+    assert seen == [(1024, "shm", "recursive_doubling")] * 2 + [(1 << 20, "shm", "ring")] * 2

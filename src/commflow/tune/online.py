@@ -99,9 +99,10 @@ def _count(collective: Collective, size: int, nranks: int) -> int:
 
 
 def _call(comm, collective: Collective, x: np.ndarray, algo: str,
-          buf: np.ndarray | None, out: np.ndarray) -> None:
+          buf: np.ndarray | None, out: np.ndarray | None) -> None:
     """One call out of place, on ``x`` into ``out``, or in place, on ``buf`` (``None``: out of
-    place): allgather's input is this rank's block of ``buf``, reduce-scatter's output is."""
+    place; ``x`` then gives only the length of a rank's input): allgather's input is this
+    rank's block of ``buf``, reduce-scatter's output is."""
     if collective is Collective.ALLREDUCE:
         comm.allreduce(x if buf is None else buf, algo=algo, out=out if buf is None else buf)
     elif collective is Collective.ALLGATHER:
@@ -159,27 +160,32 @@ def _time(comm, collective: Collective, x: np.ndarray, names: Sequence[str],
     place the output is refilled (so it starts in the caches, as a buffer the caller has
     just written). The names take turns sample by sample, so a change in the machine's load
     reaches all of them alike."""
-    src = buffer(len(x), x.dtype, pages)
-    src[...] = x
-    buf = buffer(len(x) * (comm.size if collective is Collective.ALLGATHER else 1), x.dtype,
-                 pages)
-    out = buffer(len(x) // comm.size if collective is Collective.REDUCESCATTER else len(buf),
-                 x.dtype, pages)
-    buf.fill(0)  # fault every page in now, not in the first name's first call
-    out.fill(0)
-    block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
-    (buf[block] if collective is Collective.ALLGATHER else buf)[...] = x
-    images = {True: (buf, buf.copy()), False: (out, np.zeros_like(out))}
+    whole = len(x) * (comm.size if collective is Collective.ALLGATHER else 1)
+    given = {}  # placement: (_call's x, buf, out), then the buffer it writes and its image
+    if True in placements:
+        buf = buffer(whole, x.dtype, pages)
+        buf.fill(0)  # fault every page in now, not in the first name's first call
+        block = slice(comm.rank * len(x), (comm.rank + 1) * len(x))
+        (buf[block] if collective is Collective.ALLGATHER else buf)[...] = x
+        given[True] = ((x, buf, None), buf, buf.copy())
+    if False in placements:
+        src = buffer(len(x), x.dtype, pages)
+        src[...] = x
+        out = buffer(len(x) // comm.size if collective is Collective.REDUCESCATTER else whole,
+                     x.dtype, pages)
+        out.fill(0)
+        given[False] = ((src, None, out), out, np.zeros_like(out))
     times = np.zeros((len(names), iters))
     for i in range(iters):
         for j, name in enumerate(names):
             for placed in placements:
+                (data, inside, into), target, image = given[placed]
                 if between is not None:
-                    _call(comm, collective, src, between, buf if placed else None, out)
-                np.copyto(*images[placed])
+                    _call(comm, collective, data, between, inside, into)
+                np.copyto(target, image)
                 comm.barrier()
                 start = time.perf_counter()
-                _call(comm, collective, src, name, buf if placed else None, out)
+                _call(comm, collective, data, name, inside, into)
                 times[j, i] += time.perf_counter() - start
     slowest = comm.allreduce(times, op="max")
     return {name: float(np.median(row)) for name, row in zip(names, slowest, strict=True)}

@@ -54,6 +54,15 @@ def test_effective_names_a_call_by_how_it_is_cut():
     assert effective(Variant(one_shot=ONE_SHOT), AR, 4 << 20, 4) == fastpath.DEFAULT
     assert effective(Variant(one_shot=ONE_SHOT), AR, 4 << 20, 2) == Variant(one_shot=ONE_SHOT)
     assert effective(big, AR, 4 << 20, 4) == big
+    # segments that each stage a call whole cut it alike: named by the least power of two
+    for size in (1, 2, 4):
+        assert effective(Variant(segment=size << 20), RS, 3 << 18, 2) == Variant(segment=1 << 20)
+    assert effective(Variant(segment=4 << 20, spin=0), AG, 3 << 20, 4) == \
+        effective(Variant(segment=8 << 20, spin=0), AG, 3 << 20, 4) == Variant(segment=4 << 20,
+                                                                               spin=0)
+    assert effective(Variant(segment=2 << 20), AG, 3 << 20, 4) == Variant(segment=2 << 20)
+    assert effective(Variant(segment=4 << 20, copy=fastpath.CMA), RS, 1 << 20,
+                     2) == Variant(segment=4 << 20, copy=fastpath.CMA)
     # how a rank waits is kept, but not on the compiled path of small allreduces
     assert effective(Variant(spin=0), AG, 16, 4) == Variant(spin=0)
     assert effective(Variant(spin=0), AR, 16, 4) == fastpath.DEFAULT

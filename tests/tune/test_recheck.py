@@ -11,7 +11,7 @@ import pytest
 
 from commflow.collectives import Collective
 from commflow.runtime import programs
-from commflow.tune.online import FINAL_CALLS, HUGE, MARGIN, SMALL, halve
+from commflow.tune.online import CONTENDERS, FINAL_CALLS, HUGE, MARGIN, SMALL, halve
 
 AR = Collective.ALLREDUCE
 NAMES = ["shm", "shm:spin=0", "ring", "direct"]
@@ -27,10 +27,11 @@ class _Rank:
         return x
 
 
-def _halve(*heads: dict[str, float], traffic: str | None = None
+def _halve(*heads: dict[str, float], traffic: str | None = None,
+           halving: dict[str, float] = HALVING
            ) -> tuple[tuple[str, float], list[tuple[list[str], int, str, str | None]]]:
     """:func:`halve` on :data:`NAMES` with ``shm`` the incumbent, the halving rounds timed as
-    :data:`HALVING` and the head-to-head rounds as ``heads``; its answer and the calls the
+    ``halving`` and the head-to-head rounds as ``heads``; its answer and the calls the
     head-to-head rounds were asked for (names in turn order, calls of each, pages, the
     algorithm called between timed calls)."""
     asked: list[tuple[list[str], int, str, str | None]] = []
@@ -38,7 +39,7 @@ def _halve(*heads: dict[str, float], traffic: str | None = None
     def measure(comm, collective, x, names, iters, placements, pages=SMALL, between=None):
         asked.append((list(names), iters, pages, between))
         round_ = len(asked) - 7  # two warm-ups, two halving rounds (4, 2 names) x 2 pages
-        return dict(HALVING) if round_ < 0 else dict(heads[round_])
+        return dict(halving) if round_ < 0 else dict(heads[round_])
 
     answer = halve(_Rank(), AR, 4096, NAMES, incumbent="shm", traffic=traffic,
                    measure=measure)
@@ -74,10 +75,42 @@ def test_a_winner_that_loses_among_other_traffic_leaves_the_default():
     assert best == "shm:spin=0" and len(heads) == 3
 
 
-@pytest.mark.parametrize("traffic", ["shm", "shm:spin=0"])
-def test_no_traffic_round_where_the_traffic_is_one_of_the_two(traffic):
+def test_runners_up_ranked_ahead_of_the_default_run_the_same_rounds():
+    """``direct`` wins the halving but loses among traffic; ``shm:spin=0``, second in the
+    halving and ahead of ``shm``, took turns in every round and, faster by the margin in
+    each, replaces the default; ``ring``, ranked behind it, never runs against it."""
+    halving = {"direct": 8.0, "shm:spin=0": 9.0, "shm": 10.0, "ring": 20.0}
+    faster = 10.0 * (1 - MARGIN) - 0.01
+    won = {"direct": faster - 1, "shm:spin=0": faster, "shm": 10.0}
+    lost = {"direct": 10.3, "shm:spin=0": faster, "shm": 10.0}
+    (best, seconds), heads = _halve(won, won, lost, traffic="ring", halving=halving)
+    assert (best, seconds) == ("shm:spin=0", pytest.approx(faster))
+    assert heads == [(["direct", "shm:spin=0", "shm"], FINAL_CALLS, SMALL, None),
+                     (["shm", "direct", "shm:spin=0"], 2 * FINAL_CALLS, HUGE, None),
+                     (["direct", "shm:spin=0", "shm"], 2 * FINAL_CALLS, SMALL, "ring")]
+    # the fastest of those that beat the default in every round wins
+    (best, _), _ = _halve(won, won, won, traffic="ring", halving=halving)
+    assert best == "direct"
+    # one that falls out runs no further round
+    (best, _), heads = _halve(won, {**won, "shm:spin=0": 9.9}, won, traffic="ring",
+                              halving=halving)
+    assert best == "direct" and heads[2][0] == ["direct", "shm"]
+
+
+def test_at_most_contenders_names_run_against_the_default():
+    halving = {"direct": 7.0, "ring": 8.0, "shm:spin=0": 9.0, "shm": 10.0}
+    names = ["direct", "ring", "shm:spin=0"][:CONTENDERS]
+    fast = {n: 1.0 for n in names} | {"shm": 10.0}
+    (best, _), heads = _halve(fast, fast, halving=halving)
+    assert CONTENDERS == 3 and heads[0][0] == [*names, "shm"] and best == "direct"
+    halving = {"direct": 8.0, "shm": 10.0, "shm:spin=0": 11.0, "ring": 20.0}
+    (best, _), heads = _halve({"direct": 9.9, "shm": 10.0}, halving=halving)
+    assert best == "shm" and heads == [(["direct", "shm"], FINAL_CALLS, SMALL, None)]
+
+
+def test_no_traffic_round_where_the_traffic_is_the_default():
     faster = {"shm:spin=0": 10.0 * (1 - MARGIN) - 0.01, "shm": 10.0}
-    (best, _), heads = _halve(faster, faster, traffic=traffic)
+    (best, _), heads = _halve(faster, faster, traffic="shm")
     assert best == "shm:spin=0" and len(heads) == 2
 
 

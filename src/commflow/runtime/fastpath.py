@@ -141,9 +141,9 @@ DEFAULT = Variant()
 """The variant ``algo="shm"`` runs."""
 
 
-TUNED = (Variant(segment=256 << 10), Variant(segment=1 << 20), Variant(segment=2 << 20),
+TUNED = (Variant(segment=256 << 10), *(Variant(segment=s << 20) for s in (1, 2, 4)),
          Variant(one_shot=256 << 10), Variant(one_shot=1 << 20), Variant(spin=0),
-         Variant(segment=1 << 20, spin=0), Variant(segment=2 << 20, spin=0),
+         *(Variant(segment=s << 20, spin=0) for s in (1, 2, 4)),
          Variant(one_shot=256 << 10, spin=0), Variant(copy=CMA), Variant(copy=CMA, spin=0),
          Variant(segment=2 << 20, copy=CMA), Variant(store=STREAM))
 """The variants online tuning measures beside the defaults (:func:`variants`)."""
@@ -216,6 +216,8 @@ def effective(options: Variant, collective: Collective, staged: int, nranks: int
         copy = STAGE  # one-shot allreduces stage
     if staged <= min(segment, SEGMENT) or copy == CMA and collective not in _CUT:
         segment = SEGMENT  # one segment either way, or a broadcast's single read
+    elif copy == STAGE and staged <= segment:
+        segment = 1 << (staged - 1).bit_length()  # one staged segment, whichever holds it
     if not allreduce or copy == CMA or nranks > 2 and one_shot == ONE_SHOT:
         one_shot = None  # no one-shot call either way, or the default threshold
     if copy == CMA:

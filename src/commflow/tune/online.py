@@ -25,7 +25,9 @@ untimed call of the program ``auto`` runs where the fast path does not
 (:func:`commflow.runtime.programs.builtin`), as where other collectives run
 between two calls of this one: a single-copy variant that wins on quiet buffers may lose
 there (2 ranks, reduce-scatter in place, 16 MiB: ``shm:copy=cma`` 0.84x ``shm`` alone,
-1.03x with ``ring`` between calls).
+1.03x with ``ring`` between calls). The runners-up that the halving ranked ahead of the
+default run in the same rounds (:data:`CONTENDERS`), so that a winner that loses there
+gives way to the next, not straight to the default.
 """
 
 from __future__ import annotations
@@ -196,6 +198,11 @@ MAX_ITERS = 64
 FINAL_CALLS = 16
 """Fewest calls of each in the final round of :func:`halve` against the incumbent (the
 re-check and the round among other traffic that follow make twice as many)."""
+CONTENDERS = 3
+"""How many of the names successive halving ranked ahead of the incumbent run against it in
+:func:`halve`'s head-to-head rounds: where the winner of the quiet rounds loses among other
+traffic (a single-copy variant, and its sibling with another spin), the next may still beat
+the default."""
 MARGIN = 0.05
 """How much faster than the incumbent (what ``auto`` runs without a table) a winner must be
 in each head-to-head round of :func:`halve` to replace it: a rule that only follows a noisy
@@ -219,18 +226,19 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
 
     Each round times the names on both kinds of page (:func:`buffer`), half of the calls
     on each, and ranks them by the mean of the two medians. The first round times every
-    name ``iters`` times, or more (up to :data:`MAX_ITERS`)
-    when a second warm-up call of each (the first pays for setting up: segments, page
-    faults) says that the rounds fit before ``deadline`` (every round
-    costs about the same: half the names, twice the calls). With an ``incumbent`` (one of
-    ``names``), the winner then runs against it, call by call, as many calls as the last
-    round made (at least :data:`FINAL_CALLS`), on 4 KiB pages, then again with twice the
-    calls on huge pages (:func:`buffer`), the incumbent taking the first turn, and, given
-    another algorithm of the collective as ``traffic``, with as many calls on 4 KiB pages,
-    each after an untimed call of ``traffic`` (as where other collectives run between two
-    calls of this one); it replaces the incumbent only when more than ``margin`` faster in
-    every round (the time returned is the last round's). ``measure`` times the calls
-    (:data:`Measure`; tests pass their own)."""
+    name ``iters`` times, or more (up to :data:`MAX_ITERS`) when a second warm-up call of
+    each (the first pays for setting up: segments, page faults) says that the rounds fit
+    before ``deadline`` (every round costs about the same: half the names, twice the calls).
+
+    With an ``incumbent`` (one of ``names``), the winner and the runners-up that the rounds
+    ranked ahead of the incumbent (:data:`CONTENDERS` in all) then run against it, call by
+    call, as many calls as the last round made (at least :data:`FINAL_CALLS`), on 4 KiB
+    pages; then twice as many on huge pages, the incumbent taking the first turn; and, given
+    another algorithm of the collective than the incumbent as ``traffic``, as many on 4 KiB
+    pages, each after an untimed call of ``traffic`` (as where other collectives run between
+    two calls of this one). The fastest of those more than ``margin`` faster than the
+    incumbent in every round replaces it (the time returned is the last round's).
+    ``measure`` times the calls (:data:`Measure`; tests pass their own)."""
     count = _count(collective, size, comm.size)
     x = small_pages(count, np.float32)
     x[...] = np.random.default_rng(comm.rank).standard_normal(count)
@@ -241,26 +249,52 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     rounds_left = max(1, math.ceil(math.log2(len(alive))))
     fits = left / (sum(timed.values()) * rounds_left * 1.5)  # 1.5: barriers, stragglers
     rounds = int(min(MAX_ITERS, max(iters, fits))) if math.isfinite(fits) else iters
+    dropped: list[str] = []  # out of the rounds, those that lasted longest first
     while len(alive) > 1:
         halves = [measure(comm, collective, x, alive, -(-rounds // 2), placements, pages)
                   for pages in (SMALL, HUGE)]
         timed = {n: (halves[0][n] + halves[1][n]) / 2 for n in alive}
-        alive = sorted(alive, key=lambda n: (timed[n], n))[: max(1, len(alive) // 2)]
+        order = sorted(alive, key=lambda n: (timed[n], n))
+        keep = max(1, len(alive) // 2)
+        alive, dropped = order[:keep], order[keep:] + dropped
         rounds *= 2
-        over = comm.allreduce(np.array([float(time.monotonic() > deadline)]), op="max")[0]
-        if over:
+        if _past(comm, deadline):
             break
-    best = min(alive, key=lambda n: (timed[n], n))
+    ranked = alive + dropped
+    best = ranked[0]
     if incumbent is None or incumbent == best:
         return best, timed[best]
     calls = max(FINAL_CALLS, rounds // 2)
-    checks = [([best, incumbent], calls, SMALL, None), ([incumbent, best], 2 * calls, HUGE, None)]
-    if traffic not in (None, best, incumbent):
-        checks.append(([best, incumbent], 2 * calls, SMALL, traffic))
-    for turns, samples, pages, between in checks:
+    contenders = ranked[:min(CONTENDERS, ranked.index(incumbent))]
+    return _head_to_head(comm, collective, x, contenders, incumbent, calls, placements,
+                         margin, traffic, measure)
+
+
+def _past(comm, deadline: float) -> bool:
+    """Whether some rank's clock is past ``deadline`` (every rank gets the same answer)."""
+    return bool(comm.allreduce(np.array([float(time.monotonic() > deadline)]), op="max")[0])
+
+
+def _head_to_head(comm, collective: Collective, x: np.ndarray, contenders: list[str],
+                  incumbent: str, calls: int, placements: Sequence[bool], margin: float,
+                  traffic: str | None, measure: Measure) -> tuple[str, float]:
+    """The rounds of :func:`halve` between ``contenders`` and ``incumbent``, taking turns:
+    ``calls`` each on 4 KiB pages, twice as many on huge pages (the incumbent first), and as
+    many again on 4 KiB pages after ``traffic`` calls (unless ``traffic`` is ``None`` or the
+    incumbent). A contender stays only while more than ``margin`` faster than the incumbent;
+    the fastest that stays to the end wins, else the incumbent (name and seconds in the
+    last round)."""
+    checks = [(calls, SMALL, None), (2 * calls, HUGE, None)]
+    if traffic not in (None, incumbent):
+        checks.append((2 * calls, SMALL, traffic))
+    alive = list(contenders)
+    for samples, pages, between in checks:
+        turns = [incumbent, *alive] if pages == HUGE else [*alive, incumbent]
         final = measure(comm, collective, x, turns, samples, placements, pages, between)
-        if final[best] >= final[incumbent] * (1 - margin):
+        alive = [n for n in alive if final[n] < final[incumbent] * (1 - margin)]
+        if not alive:
             return incumbent, final[incumbent]
+    best = min(alive, key=lambda n: (final[n], n))
     return best, final[best]
 
 

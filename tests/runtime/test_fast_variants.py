@@ -81,6 +81,10 @@ def test_variants_to_tune_are_distinct_and_apply():
     assert ar[0] == ag[0] == "shm" and len(set(ar)) == len(ar) and len(set(ag)) == len(ag)
     assert any("one_shot" in n for n in ar) and not any("one_shot" in n for n in ag)
     assert set(ag) < set(ar)
+    # single-copy reads save no copy in a reduce-scatter: not among its candidates
+    rs = fastpath.variants(Collective.REDUCESCATTER)
+    assert any("copy=cma" in n for n in ag) and not any("copy=cma" in n for n in rs)
+    assert set(rs) == {n for n in ag if "copy=cma" not in n}
     assert fastpath.variants(Collective.ALLTOALL) == []
 
 

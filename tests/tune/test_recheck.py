@@ -11,7 +11,16 @@ import pytest
 
 from commflow.collectives import Collective
 from commflow.runtime import programs
-from commflow.tune.online import CONTENDERS, FINAL_CALLS, HUGE, MARGIN, SMALL, halve
+from commflow.tune.online import (
+    CONTENDERS,
+    CUT_MARGIN,
+    FINAL_CALLS,
+    HUGE,
+    MARGIN,
+    SMALL,
+    halve,
+    margin_of,
+)
 
 AR = Collective.ALLREDUCE
 NAMES = ["shm", "shm:spin=0", "ring", "direct"]
@@ -95,6 +104,18 @@ def test_runners_up_ranked_ahead_of_the_default_run_the_same_rounds():
     (best, _), heads = _halve(won, {**won, "shm:spin=0": 9.9}, won, traffic="ring",
                               halving=halving)
     assert best == "direct" and heads[2][0] == ["direct", "shm"]
+
+
+def test_a_variant_that_only_cuts_otherwise_needs_the_smaller_margin():
+    """Faster by 4% in every round: enough for ``shm:spin=0``, which stages and stores as
+    ``shm`` does, not for the program ``direct``, ranked first by the halving."""
+    assert margin_of("shm:segment=4M:spin=0") == margin_of("shm:one_shot=1M") == CUT_MARGIN
+    assert margin_of("shm:copy=cma") == margin_of("shm:segment=2M:store=stream") == MARGIN
+    assert margin_of("ring") == MARGIN and CUT_MARGIN < 0.04 < MARGIN
+    halving = {"direct": 8.0, "shm:spin=0": 9.0, "shm": 10.0, "ring": 20.0}
+    by4 = {"direct": 9.6, "shm:spin=0": 9.6, "shm": 10.0}
+    (best, _), heads = _halve(by4, by4, halving=halving)
+    assert best == "shm:spin=0" and heads[1][0] == ["shm", "shm:spin=0"]
 
 
 def test_at_most_contenders_names_run_against_the_default():

@@ -152,12 +152,14 @@ TUNED = (Variant(segment=256 << 10), *(Variant(segment=s << 20) for s in (1, 2, 
 def variants(collective: Collective, cma: bool = True) -> list[str]:
     """The names of the fast path and its :data:`TUNED` variants for ``collective`` (the
     one-shot threshold only for allreduce; without ``copy="cma"`` unless ``cma``: where the
-    ranks may not read each other's memory, :func:`commflow.runtime.cma.permitted`; without
-    ``store="stream"`` where the machine cannot stream); ``[]`` when the fast path lacks
-    it."""
+    ranks may not read each other's memory, :func:`commflow.runtime.cma.permitted`, and for
+    reduce-scatter, where a single-copy call copies as many bytes as staging: every peer's
+    block once, then the reduction; without ``store="stream"`` where the machine cannot
+    stream); ``[]`` when the fast path lacks it."""
     if collective not in COLLECTIVES:
         return []
     from commflow.runtime._stream_kernels import AVAILABLE as streams
+    cma = cma and collective is not Collective.REDUCESCATTER
     found = [NAME]
     for option in TUNED:
         if option.copy == CMA and not cma or option.store == STREAM and not streams:

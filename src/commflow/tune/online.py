@@ -17,7 +17,8 @@ Where the fast path runs, its variants are candidates too (a rule may name
 ``algo="shm"`` keeps the defaults. Variants that cut a size as another candidate does are
 timed once (:func:`distinct`). A winner replaces what ``auto`` runs without a table
 (:func:`commflow.runtime.programs.builtin`: ``shm`` where the fast path runs) only when it
-is more than :data:`MARGIN` faster than it in a final round and again in a re-check with
+is more than a margin faster than it (:func:`margin_of`: 3% for a variant that only cuts
+or waits otherwise than ``shm``, 5% else) in a final round and again in a re-check with
 twice the calls, the final round on the 4 KiB pages of a torch tensor and the re-check on
 the huge pages numpy gives large arrays (:func:`buffer`): a gain that holds on one kind of
 page only is not kept. A third round times them again on 4 KiB pages, each call after an
@@ -204,11 +205,31 @@ CONTENDERS = 3
 traffic (a single-copy variant, and its sibling with another spin), the next may still beat
 the default."""
 MARGIN = 0.05
-"""How much faster than the incumbent (what ``auto`` runs without a table) a winner must be
-in each head-to-head round of :func:`halve` to replace it: a rule that only follows a noisy
-round would make ``auto`` slower than the default it replaces (2 ranks, reduce-scatter in
-place, 16 MiB: ``shm:copy=cma`` won the rounds on 4 KiB pages by 3-4% and took 1.05-1.11x
-``shm``'s time in ``commflow bench``)."""
+"""How much faster than the incumbent (what ``auto`` runs without a table) a winner that
+moves data otherwise (single-copy reads, streaming stores, another algorithm;
+:func:`margin_of`) must be in each head-to-head round of :func:`halve` to replace it: a
+rule that only follows a noisy round would make ``auto`` slower than the default it
+replaces (2 ranks, reduce-scatter in place, 16 MiB: ``shm:copy=cma`` won the rounds on 4
+KiB pages by 3-4% and took 1.05-1.11x ``shm``'s time in ``commflow bench``)."""
+CUT_MARGIN = 0.03
+"""The margin for a fast-path variant that stages and stores as ``shm`` does and only cuts
+calls or waits otherwise (segment, one-shot threshold, spin; :func:`margin_of`): it moves
+the same bytes through the same buffers, and its gains held wherever we timed them (2
+ranks, reduce-scatter in place, 64 MiB: ``shm:segment=2M`` 0.93-0.95x ``shm``'s time alone,
+with ``ring`` called between calls and in ``commflow bench --algo all``)."""
+
+
+def margin_of(name: str) -> float:
+    """How much faster than the incumbent the algorithm ``name`` must be in :func:`halve`'s
+    head-to-head rounds: :data:`CUT_MARGIN` for a fast-path variant that stages and stores as
+    ``shm`` does, else :data:`MARGIN`."""
+    from commflow.runtime import fastpath
+
+    if fastpath.is_fast(name):
+        option = fastpath.variant(name)
+        if (option.copy, option.store) == (fastpath.STAGE, fastpath.CACHED):
+            return CUT_MARGIN
+    return MARGIN
 
 Measure = Callable[..., dict[str, float]]
 """How :func:`halve` times candidates: ``measure(comm, collective, x, names, iters,
@@ -218,7 +239,8 @@ rank (default: the median of the slowest rank's, names taking turns sample by sa
 
 def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
           iters: int = 3, deadline: float = float("inf"), incumbent: str | None = None,
-          margin: float = MARGIN, placements: Sequence[bool] = (False, True),
+          margin: Callable[[str], float] = margin_of,
+          placements: Sequence[bool] = (False, True),
           traffic: str | None = None, measure: Measure = _time) -> tuple[str, float]:
     """The fastest of ``names`` for a ``size``-byte ``collective`` (nccl-tests convention)
     by successive halving, and its median seconds per sample (one call in each of
@@ -236,7 +258,7 @@ def halve(comm, collective: Collective, size: int, names: Sequence[str], *,
     pages; then twice as many on huge pages, the incumbent taking the first turn; and, given
     another algorithm of the collective than the incumbent as ``traffic``, as many on 4 KiB
     pages, each after an untimed call of ``traffic`` (as where other collectives run between
-    two calls of this one). The fastest of those more than ``margin`` faster than the
+    two calls of this one). The fastest of those more than ``margin(name)`` faster than the
     incumbent in every round replaces it (the time returned is the last round's).
     ``measure`` times the calls (:data:`Measure`; tests pass their own)."""
     count = _count(collective, size, comm.size)
@@ -276,14 +298,15 @@ def _past(comm, deadline: float) -> bool:
 
 
 def _head_to_head(comm, collective: Collective, x: np.ndarray, contenders: list[str],
-                  incumbent: str, calls: int, placements: Sequence[bool], margin: float,
-                  traffic: str | None, measure: Measure) -> tuple[str, float]:
+                  incumbent: str, calls: int, placements: Sequence[bool],
+                  margin: Callable[[str], float], traffic: str | None,
+                  measure: Measure) -> tuple[str, float]:
     """The rounds of :func:`halve` between ``contenders`` and ``incumbent``, taking turns:
     ``calls`` each on 4 KiB pages, twice as many on huge pages (the incumbent first), and as
     many again on 4 KiB pages after ``traffic`` calls (unless ``traffic`` is ``None`` or the
-    incumbent). A contender stays only while more than ``margin`` faster than the incumbent;
-    the fastest that stays to the end wins, else the incumbent (name and seconds in the
-    last round)."""
+    incumbent). A contender stays only while more than ``margin(name)`` faster than the
+    incumbent; the fastest that stays to the end wins, else the incumbent (name and seconds
+    in the last round)."""
     checks = [(calls, SMALL, None), (2 * calls, HUGE, None)]
     if traffic not in (None, incumbent):
         checks.append((2 * calls, SMALL, traffic))
@@ -291,7 +314,7 @@ def _head_to_head(comm, collective: Collective, x: np.ndarray, contenders: list[
     for samples, pages, between in checks:
         turns = [incumbent, *alive] if pages == HUGE else [*alive, incumbent]
         final = measure(comm, collective, x, turns, samples, placements, pages, between)
-        alive = [n for n in alive if final[n] < final[incumbent] * (1 - margin)]
+        alive = [n for n in alive if final[n] < final[incumbent] * (1 - margin(n))]
         if not alive:
             return incumbent, final[incumbent]
     best = min(alive, key=lambda n: (final[n], n))

@@ -118,9 +118,13 @@ def test_a_variant_that_only_cuts_otherwise_needs_the_smaller_margin():
     assert best == "shm:spin=0" and heads[1][0] == ["shm", "shm:spin=0"]
 
 
-def test_at_most_contenders_names_run_against_the_default():
+@pytest.mark.parametrize("contenders", [1, 2, CONTENDERS])
+def test_at_most_contenders_names_run_against_the_default(contenders, monkeypatch):
+    from commflow.tune import online
+
+    monkeypatch.setattr(online, "CONTENDERS", contenders)
     halving = {"direct": 7.0, "ring": 8.0, "shm:spin=0": 9.0, "shm": 10.0}
-    names = ["direct", "ring", "shm:spin=0"][:CONTENDERS]
+    names = ["direct", "ring", "shm:spin=0"][:contenders]
     fast = {n: 1.0 for n in names} | {"shm": 10.0}
     (best, _), heads = _halve(fast, fast, halving=halving)
     assert CONTENDERS == 3 and heads[0][0] == [*names, "shm"] and best == "direct"

@@ -215,9 +215,10 @@ CUT_MARGIN = 0.03
 """The margin for a fast-path variant that stages and stores as ``shm`` does and only cuts
 calls or waits otherwise (segment, one-shot threshold, spin; :func:`margin_of`): it moves
 the same bytes through the same buffers, so its gains carry over (2 ranks, reduce-scatter
-in place, 64 MiB: ``shm:segment=2M`` 0.93-0.95x ``shm``'s time alone, with ``ring`` called
-between calls and in ``commflow bench --algo all``), and where one wins the rounds by luck
-the bench finds it at about ``shm``'s time (the same at 16 MiB: 0.96-1.03x)."""
+in place, 64 MiB: ``shm:segment=2M`` 0.93-0.95x ``shm``'s time alone and with ``ring``
+called between calls, 0.92-0.95x in ``commflow bench --algo all``), and where one wins the
+rounds by luck the bench finds it at about ``shm``'s time (the same at 16 MiB:
+0.96-1.03x)."""
 
 
 def margin_of(name: str) -> float:

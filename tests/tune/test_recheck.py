@@ -128,6 +128,9 @@ def test_at_most_contenders_names_run_against_the_default(contenders, monkeypatc
     fast = {n: 1.0 for n in names} | {"shm": 10.0}
     (best, _), heads = _halve(fast, fast, halving=halving)
     assert CONTENDERS == 3 and heads[0][0] == [*names, "shm"] and best == "direct"
+
+
+def test_a_runner_up_ranked_behind_the_default_never_runs_against_it():
     halving = {"direct": 8.0, "shm": 10.0, "shm:spin=0": 11.0, "ring": 20.0}
     (best, _), heads = _halve({"direct": 9.9, "shm": 10.0}, halving=halving)
     assert best == "shm" and heads == [(["direct", "shm"], FINAL_CALLS, SMALL, None)]

@@ -52,12 +52,12 @@ def test_synthesized_dgx1_programs_export_within_the_rules(collective):
                                        pieces=(16, 8, 2, 1), rings=False)
         assert violations(text, runtime) == []
         params = dict(program.params)
-        if runtime == "msccl":  # 4,096 elements per file: few pieces, channels by depth mostly
-            assert "split" not in params and params["pieces"] <= 2
-            leveled_reduction = "levels" in params and collective != "allgather"
-            assert ('type="re"' in text) == leveled_reduction  # local reduces
-        elif collective == "allgather":  # elements per rank: 8 pieces by depth (169.1 GB/s)
-            assert params["levels"] == 8 and params["pieces"] == 8
+        if runtime == "msccl":  # 4,096 elements per file: few pieces, one stream per edge
+            assert "split" not in params and "levels" not in params and params["pieces"] <= 2
+            assert 'type="re"' not in text  # no local reduces: they come with levels
+        elif collective == "allgather":  # elements per rank: 128 pieces merged 4 at a time
+            assert params["split"] == 56 and params["pieces"] == 128
+            assert params["merge"] == "3:4" and 'cnt="4"' in text  # 171.1 GB/s
         else:  # reductions: 16 pieces in one stream per edge, cut into threadblocks
             assert params["split"] == 56 and params["pieces"] == 16
 

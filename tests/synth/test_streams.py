@@ -24,7 +24,7 @@ from commflow.synth import (
 )
 from commflow.synth.boxes import dedicated_edges
 from commflow.synth.list_schedule import DOWN_HOP, UP_HOP, list_schedule
-from commflow.synth.streams import deal, lower_streams
+from commflow.synth.streams import deal, lower_streams, merged
 
 SIZE = 2**30
 _DOWN = (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE)
@@ -57,18 +57,19 @@ def _trees(edges, roots, rng, weights) -> list[WeightedTree]:
     st.sampled_from(["allgather", "reducescatter", "allreduce", "broadcast", "reduce"]),
     st.randoms(use_true_random=False),
     st.lists(st.floats(0.05, 1.0), min_size=3, max_size=3),
-    st.integers(1, 7),
+    st.integers(1, 12),
     st.integers(0, 7),
+    st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(1, 4))),
 )
-def test_any_weighted_trees_give_a_program_that_verifies(collective, rng, weights, pieces, root):
+def test_any_weighted_trees_give_a_program_that_verifies(collective, rng, weights, pieces, root,
+                                                         merge):  # fmt: skip
     kind = Collective(collective)
     roots = [root] if kind.rooted else range(8)
     down = _trees(EDGES, roots, rng, weights) if kind in _DOWN else []
     up = _trees(EDGES.reversed(), roots, rng, weights) if kind.reduces else []
-    program = lower_streams(
-        kind, EDGES, down=down, up=up, pieces=pieces, name="t", root=root if kind.rooted else None
-    )
-    verify(program)  # postcondition, no deadlock, no data race
+    program = lower_streams(kind, EDGES, down=down, up=up, pieces=pieces, name="t",
+                            root=root if kind.rooted else None, merge=merge)  # fmt: skip
+    verify(program)  # postcondition (merged messages cover every chunk), no deadlock, no race
     sends = program.table.op == int(Op.SEND)
     channel = program.table.chan[sends]
     assert np.array_equal(channel, program.table.part[sends] * 8 + program.table.peer[sends])
@@ -86,6 +87,30 @@ def test_deal_gives_each_tree_its_share_spread_evenly(weights, pieces):
             continue
         ideal = (np.arange(c) + 0.5) / c * pieces
         assert np.abs(where + 0.5 - ideal).max() <= len(weights)
+
+
+def test_merged_messages_keep_the_ends_of_each_tree_single_and_its_chunks_together():
+    up_of = np.array([0, 1] * 5)  # two trees, alternating over 10 chunks
+    down_of = np.full(10, -1)
+    position, start, count = merged(up_of, down_of, (1, 3))
+    # tree 0 holds positions 0 2 4 6 8 and buffer chunks 0-4; tree 1: 1 3 5 7 9 and 5-9
+    assert position.tolist() == [0, 1, 2, 3, 8, 9]
+    assert start.tolist() == [0, 5, 1, 6, 4, 9]
+    assert count.tolist() == [1, 1, 3, 3, 1, 1]
+    position, start, count = merged(up_of, down_of, None)
+    assert position.tolist() == start.tolist() == list(range(10)) and set(count) == {1}
+    with pytest.raises(AlgorithmError, match="merge"):
+        lower_streams(Collective.ALLGATHER, EDGES, down=[], pieces=1, name="t", merge=(1, 0))
+
+
+def test_merged_programs_take_fewer_steps_and_keep_the_bound():
+    whole = synthesize("allgather", DGX1, pieces=24)
+    merged_program = synthesize("allgather", DGX1, pieces=24, merge=(2, 4))
+    assert dict(merged_program.params)["merge"] == "2:4"
+    assert len(merged_program.table.op) < 0.6 * len(whole.table.op)
+    bound = lower_bound("allgather", DGX1, SIZE).time
+    for program in (whole, merged_program):
+        assert bound <= simulate(program, DGX1, SIZE, model="flow").time < 1.02 * bound
 
 
 def test_every_stream_is_one_edge_one_way():
@@ -162,6 +187,7 @@ def _line_schedule(up_parent, down_parent, priority, dur=1.0, lat=0.5, bonus=Non
         np.full(n * n, lat),
         np.full(n * n, 2 * count, dtype=np.int64),
         np.zeros(2 * count * n) if bonus is None else np.array(bonus, dtype=float),
+        np.ones(2 * count * n),
     )
 
 
@@ -186,13 +212,29 @@ def test_list_schedule_sends_first_the_hop_whose_bonus_lowers_its_key():
     assert ahead[:6].tolist() == [-1.0, 2.5, 1.5, -1.0, 1.5, 3.0]
 
 
+def test_forward_backward_rounds_pack_the_tail_of_a_first_come_schedule():
+    # as above: first come, chunk 1 reaches rank 2 at 4.0; the reversed problem sends first
+    # the hop that arrived last, and the forward round after it puts chunk 1 first on 0 -> 1
+    trees = [(-1, 0, 0), (-1, 0, 1)]
+    fifo = _line_schedule([], trees, [0.0, 0.5], trees=[0, 1])
+    problem = (3, np.zeros(2, dtype=np.int64), np.full(2, -1), np.array([0, 1]),
+               np.zeros((0, 3), dtype=np.int64), np.array(trees, dtype=np.int64),
+               np.full(9, 1.0), np.full(9, 0.5), np.full(9, 4, dtype=np.int64),
+               np.ones(12))  # fmt: skip
+    best = stream_schedule.forward_backward(problem, fifo, 1)
+    assert best[:6].tolist() == [-1.0, 2.5, 1.5, -1.0, 1.5, 3.0]
+    assert stream_schedule.forward_backward(problem, best, 2).tolist() == best.tolist()
+    assert stream_schedule.forward_backward(problem, fifo, 0) is fifo
+
+
 def test_list_schedule_sends_down_once_every_partial_is_up():
     arrival = _line_schedule([(-1, 0, 0)], [(-1, 0, 0)], [0.0])  # a star around rank 0
     assert arrival[:3].tolist() == [-1.0, 3.0, 3.0]  # down: after both partials (1.5)
     assert arrival[3:].tolist() == [-1.0, 1.5, 1.5]  # up, in parallel
 
 
-def test_programs_replay_their_list_schedule_exactly(monkeypatch):
+@pytest.mark.parametrize("merge", [None, (1, 3)])
+def test_programs_replay_their_list_schedule_exactly(monkeypatch, merge):
     seen = []
 
     def spy(*args):
@@ -202,11 +244,12 @@ def test_programs_replay_their_list_schedule_exactly(monkeypatch):
     monkeypatch.setattr(stream_schedule, "list_schedule", spy)
     for collective in ("allgather", "reducescatter", "allreduce"):
         before = len(seen)
-        program = synthesize(collective, DGX1, pieces=16)
+        program = synthesize(collective, DGX1, pieces=16, merge=merge)
         result = simulate(program, DGX1, streams.REFERENCE_SIZE, model="flow")
-        tried = [arrival.max() for arrival in seen[before:]]
-        assert len(tried) == len(stream_schedule.TAIL_WEIGHTS)  # the one finishing first is lowered
-        assert result.time == pytest.approx(min(tried), rel=1e-9)
+        per_weight = 1 + 2 * stream_schedule.BACKWARD_ROUNDS  # a first, then back and forth
+        assert len(seen) - before == len(stream_schedule.TAIL_WEIGHTS) * per_weight
+        forward = [a.max() for k, a in enumerate(seen[before:]) if k % per_weight % 2 == 0]
+        assert result.time == pytest.approx(min(forward), rel=1e-9)  # the first to finish
 
 
 def test_hops_ahead_count_the_longest_path_left_from_each_hop():

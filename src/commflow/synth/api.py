@@ -82,6 +82,7 @@ def synthesize(
     time_limit: float | None = None,
     levels: int = 0,
     trees: int | None = None,
+    merge: tuple[int, int] | None = None,
 ) -> Program:
     """A program for ``collective`` on ``topology``, synthesized for ``objective``.
 
@@ -96,8 +97,10 @@ def synthesize(
     fewest steps (:mod:`commflow.synth.steps`), each MILP given ``time_limit`` seconds
     (default 30). ``root`` is used by broadcast and reduce. ``levels`` > 0 gives a program
     with one stream per edge up to that many channels per edge, by tree depth (for
-    MSCCL-family runtimes, which run a program in loops; other lowerings ignore it).
-    ``trees`` caps the trees per root of a packing lowered in shares (default: as many as
+    MSCCL-family runtimes, which run a program in loops; other lowerings ignore it), and
+    ``merge`` = ``(ends, group)`` one whose chunks of each tree travel ``group`` at a time
+    but for the first and last ``ends`` (:func:`~commflow.synth.streams.merged`; fewer
+    steps). ``trees`` caps the trees per root of a packing lowered in shares (default: as many as
     leave :data:`MIN_PIECES` pieces per share within :data:`MAX_STEPS`, at most 24): fewer
     trees, fewer steps per piece (MSCCL's caps; DGX A100 x2 has an exact packing with one
     tree per root). Raises ``AlgorithmError`` for an unknown objective, a collective no
@@ -117,7 +120,7 @@ def synthesize(
         return alltoall_program(flow, topology.nranks, chunks=chunks, name="alltoall/synth_lp")
     if trees is not None and trees < 1:
         raise AlgorithmError(f"trees must be >= 1, got {trees}")
-    return _tree_program(kind, topology, root, pieces, levels, trees)
+    return _tree_program(kind, topology, root, pieces, levels, trees, merge)
 
 
 def _fewest_steps(kind: Collective, topology: Topology, time_limit: float | None) -> Program:
@@ -163,7 +166,7 @@ def _most_trees(kind: Collective, nranks: int) -> int:
 
 def _tree_program(
     kind: Collective, topology: Topology, root: int | None, pieces: int | None, levels: int = 0,
-    trees: int | None = None,
+    trees: int | None = None, merge: tuple[int, int] | None = None,
 ) -> Program:
     """Tree packing lowered with ``pieces`` chunks per share; by default
     :data:`PIECES_PER_LEVEL` per level of the deepest share, within :func:`step_budget`;
@@ -172,7 +175,7 @@ def _tree_program(
         raise AlgorithmError(f"tree packing does not synthesize {kind.value}")
     edges = logical_edges(topology)
     roots = None if root is None else [root]
-    streamed = _stream_program(kind, topology, edges, root, pieces, levels)
+    streamed = _stream_program(kind, topology, edges, root, pieces, levels, merge)
     if streamed is not None:
         return streamed
     down = up = ()
@@ -224,14 +227,14 @@ def _tree_program(
 
 def _stream_program(
     kind: Collective, topology: Topology, edges: LogicalEdges, root: int | None,
-    pieces: int | None, levels: int = 0,
+    pieces: int | None, levels: int = 0, merge: tuple[int, int] | None = None,
 ) -> Program | None:
     """Trees at the cut bound over the edges with links of their own, lowered with one stream
     per edge (:mod:`commflow.synth.streams`): ``pieces`` chunks per tree of an exact packing
     of equal trees, else per root's data; by default :data:`STREAM_PIECES` chunks per root's
-    data within :func:`step_budget`; ``levels`` channels per edge at most, by tree depth
-    (:func:`~commflow.synth.streams.lower_streams`). ``None`` when those edges fall short of
-    the bound."""
+    data within :func:`step_budget`; ``levels`` channels per edge at most, by tree depth, and
+    ``merge`` as :func:`~commflow.synth.streams.lower_streams` takes them. ``None`` when those
+    edges fall short of the bound."""
     roots = None if root is None else [root]
     found = _streamed(kind, edges, roots)
     if found is None:
@@ -249,6 +252,8 @@ def _stream_program(
         up = up and balanced_shares(own.reversed(), up, units * pieces)
     trees = max(sum(t.root == r for t in down or up) for r in range(n))
     extra = {"levels": levels} if levels else {}
+    if merge is not None:
+        extra["merge"] = "{}:{}".format(*merge)
     return lower_streams(
         kind,
         own,
@@ -267,6 +272,7 @@ def _stream_program(
             **extra,
         },
         levels=levels,
+        merge=merge,
     )
 
 

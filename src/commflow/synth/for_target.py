@@ -5,12 +5,14 @@ parsers take (256 or 64 steps per threadblock, 4,096 XML elements per file or pe
 MSCCL-family target the runtime itself pipelines a large buffer by running the program in
 loops of at most one kernel chunk per program chunk (:func:`commflow.ir.transform.repeat`), so
 few pieces per share lose less than they would in one pass, and programs with one stream per
-edge gain from channels by tree depth (:func:`~commflow.synth.streams.lower_streams`'s
+edge may gain from channels by tree depth (:func:`~commflow.synth.streams.lower_streams`'s
 ``levels``), whose loops overlap. Where a runtime counts XML elements per rank (RCCL,
 msccl-executor), a program with one stream per edge and many pieces fits too once each
 stream is cut into consecutive threadblocks of at most the runtime's steps per threadblock
 (:func:`~commflow.ir.transform.split_channels`): at 1 GiB it runs in one loop of chunks under
-2 MiB, whose pipeline fills and drains once. A reduce-scatter lowered in shares across boxes
+2 MiB, whose pipeline fills and drains once; with each tree's chunks merged into larger
+messages but where the trees fill and drain (:data:`MERGES`), it pipelines like more pieces
+than fit as equal chunks. A reduce-scatter lowered in shares across boxes
 is also tried with its partials bound for another box first
 (:func:`~commflow.synth.cross_box.cross_box_first`), which hides the last network hop.
 Where Hamiltonian cycles load every link to its bandwidth (DGX-1), a ring packing
@@ -42,10 +44,6 @@ PIECES_TRIED = (64, 32, 16, 8, 4, 2, 1)
 LEVELS = 8
 """Most channels per edge, by tree depth, of the stream programs tried."""
 
-ALLREDUCE_LEVELS = 6
-"""Most channels per edge also tried for allreduce, whose depths are both halves' (DGX-1 on
-MSCCL, one piece per tree: 2.57% below the default synthesis, 3.24% with :data:`LEVELS`)."""
-
 LEVELED_TRIED = 3
 """Fitting programs compared per lowering (the most pipelined first): with channels by depth
 or with one stream per edge run in loops, fewer pieces are sometimes faster (DGX-1
@@ -66,6 +64,14 @@ SPLIT_TRIED = 3
 a fractional packing's rounding differs from one count of pieces to the next (MI250 x2
 reduce-scatter in one pass: 8.2% below the default synthesis at 56 pieces, 5.6% at 60,
 7.5% at 52)."""
+
+MERGES = ((128, 2, 2), (128, 2, 3), (128, 3, 4), (96, 2, 4), (96, 2, 6))
+"""``(pieces, ends, group)`` of the merged stream programs also tried with streams cut into
+threadblocks (:func:`~commflow.synth.streams.merged`): ``pieces`` chunks per root's data,
+each tree's sent ``group`` at a time but for the first and last ``ends``, so a program
+pipelines like ``pieces`` in about as many steps as ``pieces / group`` equal chunks would
+take (MI250 x2 allgather on msccl-executor: 128 chunks in messages of 3 lose 1.4% below the
+default synthesis where 56 equal ones lose 2.5%)."""
 
 SPLIT_EIGHTHS = (7, 6)
 """Messages per threadblock a cut stream is given, in eighths of the target's steps per
@@ -90,6 +96,7 @@ def synthesize_for(
     size: float = REFERENCE_SIZE,
     max_loss: float | None = None,
     rings: bool = True,
+    merges: tuple[tuple[int, int, int], ...] = MERGES,
 ) -> tuple[Program, str]:
     """The bandwidth-synthesized program that exports to ``target`` (verified there, bounded
     buffers and limits included) and runs fastest there at ``size`` bytes, and its MSCCL XML.
@@ -99,9 +106,10 @@ def synthesize_for(
     the most pipelined that fit (most ``pieces`` first): up to :data:`LEVELED_TRIED` as
     synthesized, and where the synthesis lowers with one stream per
     edge, up to :data:`LEVELED_TRIED` with channels by tree depth (:data:`LEVELS` per edge at
-    most; allreduce also :data:`ALLREDUCE_LEVELS`) and, on targets that cap steps per
+    most) and, on targets that cap steps per
     threadblock, up to :data:`SPLIT_TRIED` with every stream cut into threadblocks of at most
-    that many messages (also trying :data:`SPLIT_PIECES`); where it lowers in shares, up to
+    that many messages (also trying :data:`SPLIT_PIECES`), and each of ``merges`` (default
+    :data:`MERGES`) cut so; where it lowers in shares, up to
     :data:`LEVELED_TRIED` with at most :data:`FEW_TREES` trees per root; a reduce-scatter
     lowered in shares across boxes also with partials bound for another box first. Each is
     simulated with the flow model on the target (its loops and bounded buffers). Raises
@@ -120,11 +128,11 @@ def synthesize_for(
     finer = sorted({*pieces, *(c for c in SPLIT_PIECES if min(pieces) <= c <= max(pieces))},
                    reverse=True)
     kind = parse_collective(collective)
-    allreduce = kind is Collective.ALLREDUCE
-    levels = (LEVELS, ALLREDUCE_LEVELS) if allreduce else (LEVELS,)
     families = (({}, (None,), LEVELED_TRIED, pieces),
-                *(({"levels": n}, (None,), LEVELED_TRIED, pieces) for n in levels),
+                ({"levels": LEVELS}, (None,), LEVELED_TRIED, pieces),
                 ({}, cuts, SPLIT_TRIED, finer),
+                *(({"merge": (ends, group)}, cuts, 1, (count,))
+                  for count, ends, group in merges if cuts),
                 ({"trees": FEW_TREES}, (None,), LEVELED_TRIED, pieces))
     orders = ring_orders(topology) if rings and kind in RING_COLLECTIVES else None
     for chunks in RING_CHUNKS if orders else ():
@@ -211,7 +219,8 @@ def lowered_shape(program: Program) -> str:
         return f"{params['rings']} rings of {params['chunks']} chunks each"
     pieces = int(params.get("pieces", 1))
     many = "piece" if pieces == 1 else "pieces"
-    how = "".join(f", {k} {params[k]}" for k in ("levels", "split", "order") if k in params)
+    how = "".join(f", {k} {params[k]}" for k in ("levels", "merge", "split", "order")
+                  if k in params)
     return f"{pieces} {many} per {_unit(params)}{how}"
 
 

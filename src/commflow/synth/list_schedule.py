@@ -6,7 +6,8 @@ once every child's has arrived), then down an out-tree from the root (a rank for
 received to each child). Each edge sends one chunk at a time, taking ``dur[u, v]`` seconds,
 and the chunk arrives ``lat[u, v]`` later; an edge that is free sends the waiting hop of
 lowest key first (its chunk's priority, the position in its root's data, plus the hop's
-``bonus``), so no edge idles while a chunk waits for it. The result is the time each hop
+``bonus``), so no edge idles while a chunk waits for it; a hop takes its ``size`` times
+``dur`` (a message of several equal chunks). The result is the time each hop
 arrives, in an array indexed by ``(phase * chunks + chunk) * nranks + rank``: phase 0 the hop
 down into ``rank``, phase 1 the hop up out of ``rank``.
 """
@@ -72,13 +73,15 @@ def list_schedule(
     lat: np.ndarray,
     capacity: np.ndarray,
     bonus: np.ndarray,
+    size: np.ndarray,
 ) -> np.ndarray:
     """Arrival time (seconds) of every hop of every chunk (see the module).
 
     Chunk ``c`` belongs to root ``roots[c]`` and follows in-tree ``up_tree[c]`` (rows of
     ``up_parent``, -1: none) then out-tree ``down_tree[c]`` (rows of ``down_parent``);
     ``capacity[u * n + v]`` is at least the number of hops over edge ``u -> v``; ``bonus``,
-    indexed as the result, is added to a hop's priority. Hops that never happen keep -1."""
+    indexed as the result, is added to a hop's priority, and ``size``, indexed so too,
+    scales its transfer time. Hops that never happen keep -1."""
     chunks = len(priority)
     arrival = np.full(2 * chunks * n, -1.0)
     waiting = np.zeros(chunks * n, dtype=np.int64)  # children an up-hop still waits for
@@ -132,14 +135,14 @@ def list_schedule(
                 queued[e] += 1
     for e in range(n * n):
         events = _start(e, 0.0, queue_key, queue_hop, base, queued, busy, event_key, event_item,
-                        events, dur, lat)  # fmt: skip
+                        events, dur, lat, size)  # fmt: skip
     while events > 0:
         now, item = _pop(event_key, event_item, 0, events)
         events -= 1
         if item < 0:
             busy[-1 - item] = False
             events = _start(-1 - item, now, queue_key, queue_hop, base, queued, busy, event_key,
-                            event_item, events, dur, lat)  # fmt: skip
+                            event_item, events, dur, lat, size)  # fmt: skip
             continue
         arrival[item] = now
         phase, rest = divmod(item, chunks * n)
@@ -154,7 +157,7 @@ def list_schedule(
                 hop = (UP_HOP * chunks + c) * n + p
                 events = _offer(e, priority[c] + bonus[hop], hop, now, queue_key,
                                 queue_hop, base, queued, busy, event_key, event_item, events,
-                                dur, lat)  # fmt: skip
+                                dur, lat, size)  # fmt: skip
                 continue
             if down_tree[c] < 0:
                 continue
@@ -165,31 +168,32 @@ def list_schedule(
             hop = (DOWN_HOP * chunks + c) * n + w
             events = _offer(v * n + w, priority[c] + bonus[hop], hop, now,
                             queue_key, queue_hop, base, queued, busy, event_key, event_item,
-                            events, dur, lat)  # fmt: skip
+                            events, dur, lat, size)  # fmt: skip
     return arrival
 
 
 @njit(cache=True, nogil=True)
 def _start(e, now, queue_key, queue_hop, base, queued, busy, event_key, event_item, events, dur,
-           lat) -> int:  # fmt: skip
-    """Start edge ``e``'s next chunk at ``now`` if it is free and one waits; returns the
-    event count."""
+           lat, size) -> int:  # fmt: skip
+    """Start edge ``e``'s next chunk at ``now`` if it is free and one waits (it takes
+    ``dur[e]`` times the hop's ``size``); returns the event count."""
     if busy[e] or queued[e] == 0:
         return events
     _, hop = _pop(queue_key, queue_hop, base[e], queued[e])
     queued[e] -= 1
     busy[e] = True
-    _push(event_key, event_item, 0, events, now + dur[e], -1 - e)
-    _push(event_key, event_item, 0, events + 1, now + dur[e] + lat[e], hop)
+    end = now + dur[e] * size[hop]
+    _push(event_key, event_item, 0, events, end, -1 - e)
+    _push(event_key, event_item, 0, events + 1, end + lat[e], hop)
     return events + 2
 
 
 @njit(cache=True, nogil=True)
 def _offer(e, key, hop, now, queue_key, queue_hop, base, queued, busy, event_key, event_item,
-           events, dur, lat) -> int:  # fmt: skip
+           events, dur, lat, size) -> int:  # fmt: skip
     """Queue ``hop`` (priority ``key``) on edge ``e`` at ``now`` and start the edge if it is
     free; returns the event count."""
     _push(queue_key, queue_hop, base[e], queued[e], key, hop)
     queued[e] += 1
     return _start(e, now, queue_key, queue_hop, base, queued, busy, event_key, event_item, events,
-                  dur, lat)  # fmt: skip
+                  dur, lat, size)  # fmt: skip

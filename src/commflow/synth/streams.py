@@ -11,11 +11,14 @@ may be any reals:
 1. Each root's data is cut into ``pieces`` equal chunks, dealt to its trees by weight
    (:func:`~commflow.synth.rounding.apportion`) in stride order, so that every tree's chunks
    are spread evenly over the data (allreduce deals to its up-trees and its down-trees apart).
-2. The chunks are list-scheduled at ``size`` bytes (:mod:`commflow.synth.stream_schedule`):
-   each edge sends one chunk at a time and never idles while a chunk waits for it, the
-   chunk earliest in its root's data first, moved earlier by a weight of the hops still
-   ahead of it (each of :data:`~commflow.synth.stream_schedule.TAIL_WEIGHTS`; the schedule
-   that finishes first is kept). A step's key is the time its hop arrives.
+   Each chunk is a message of its own, or with ``merge`` each tree's chunks but its first and
+   last few travel several to a message (:func:`merged`).
+2. The messages are list-scheduled at ``size`` bytes (:mod:`commflow.synth.stream_schedule`):
+   each edge sends one at a time and never idles while one waits for it, the one earliest
+   in its root's data first, moved earlier by a weight of the hops still ahead of it (each
+   of :data:`~commflow.synth.stream_schedule.TAIL_WEIGHTS`), each schedule improved by
+   forward-backward rounds; the schedule that finishes first is kept. A step's key is the
+   time its hop arrives.
 3. Every stream runs its steps in key order and every rank reduces its children's partials
    of a chunk in the order they arrive, so the program replays that schedule (exactly, on
    links no other stream uses, as the flow model times them), and keys grow along every

@@ -65,15 +65,18 @@ a fractional packing's rounding differs from one count of pieces to the next (MI
 reduce-scatter in one pass: 8.2% below the default synthesis at 56 pieces, 5.6% at 60,
 7.5% at 52)."""
 
-MERGES = ((128, 2, 3), (128, 3, 4), (108, 2, 2), (72, 2, 4))
+MERGES = ((128, 2, 3), (128, 3, 4), (128, 4, 3), (64, 2, 4))
 """``(pieces, ends, group)`` of the merged stream programs also tried with streams cut into
 threadblocks (:func:`~commflow.synth.streams.merged`): ``pieces`` chunks per root's data,
 each tree's sent ``group`` at a time but for the first and last ``ends``, so a program
 pipelines like ``pieces`` in about as many steps as fewer equal chunks take. Each is the
-best that fits a target on MI250 x2 at 1 GiB (against the default synthesis, where equal
-chunks lose 2.48 / 3.44 / 4.28% on msccl-executor): allgather on msccl-executor 1.44% (the
-first), on RCCL 1.71% (the second, also reduce-scatter on RCCL: 3.38%), reduce-scatter on
-msccl-executor 1.96%, allreduce there 2.72%."""
+best that fits a target on MI250 x2 at 1 GiB with a power of two chunks per root (so that
+``nchunksperloop`` divides every power-of-two size it runs at; against the default
+synthesis, where equal chunks lose 2.48 / 3.44 / 4.28% on msccl-executor): allgather on
+msccl-executor 1.44% (the first), on RCCL 1.71% (the second, also reduce-scatter on RCCL:
+3.38%), reduce-scatter on msccl-executor 2.09%, allreduce there 3.60%. 108 chunks merged
+2:2 (reduce-scatter 1.96%) and 72 merged 2:4 (allreduce 2.72%) lose less but would not be
+selected at power-of-two sizes."""
 
 SPLIT_EIGHTHS = (7, 6)
 """Messages per threadblock a cut stream is given, in eighths of the target's steps per

@@ -132,8 +132,8 @@ def forward_backward(problem: tuple, arrival: np.ndarray, rounds: int) -> np.nda
 
 def _swapped(hops: np.ndarray) -> np.ndarray:
     """Per-hop values for the time-reversed problem (see :func:`forward_backward`): the two
-    phases swapped, a hop down into a rank <-> the hop up out of it. Minus a schedule's
-    arrivals so swapped are the reversed problem's keys: the hop arriving last goes first."""
+    phases swapped, a hop down into a rank <-> the hop up out of it. Applied to minus a
+    schedule's arrivals it gives the reversed problem's keys: the hop arriving last first."""
     down, up = np.split(hops, 2)
     return np.concatenate((up, down))
 

@@ -176,11 +176,11 @@ def merged(up_of: np.ndarray, down_of: np.ndarray,
         every = np.arange(count)
         return every, every, np.ones(count, dtype=np.int64)
     ends, group = merge
-    _, pair = np.unique(np.column_stack((up_of, down_of)), axis=0, return_inverse=True)
-    order = np.lexsort((np.arange(count), pair.ravel()))  # by pair, then position
+    pair = np.unique(np.column_stack((up_of, down_of)), axis=0, return_inverse=True)[1].ravel()
+    order = np.lexsort((np.arange(count), pair))  # by pair, then position
     position, start, size = [], [], []
     at = 0
-    for members in np.split(order, np.flatnonzero(np.diff(pair.ravel()[order])) + 1):
+    for members in np.split(order, np.flatnonzero(np.diff(pair[order])) + 1):
         j, m = 0, len(members)
         while j < m:
             k = 1 if j < ends or j >= m - ends else min(group, m - ends - j)

@@ -196,17 +196,18 @@ def test_abort_frees_a_rank_waiting_on_the_small_path():
 def _barrier_waits(comm, tmp):
     if comm.rank == 1:
         time.sleep(0.5)
-    start = time.monotonic()
+    entered = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process
     comm.barrier()
-    waited = time.monotonic() - start
+    left = time.monotonic()
     comm.allreduce(np.ones(3, np.int32))
     record = comm.dump_flight_record(os.path.join(tmp, f"r{comm.rank}.json"))
-    return waited, record.read_text()
+    return (entered, left), record.read_text()
 
 
 def test_barrier_waits_for_every_rank_and_is_recorded(tmp_path):
     results = run_world(_barrier_waits, 3, str(tmp_path))
-    assert results[0][0] >= 0.45 and results[2][0] >= 0.45
+    spans = [span for span, _ in results]
+    assert min(left for _, left in spans) >= max(entered for entered, _ in spans)
     for _, text in results:
         entries = json.loads(text)["entries"]
         assert [(e["seq"], e["op"], e["algorithm"], e["state"]) for e in entries] == [

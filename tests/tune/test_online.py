@@ -25,8 +25,8 @@ def _tune(comm):
     best, seconds = halve(comm, Collective.ALLREDUCE, 4096, names[:2], iters=1)
     with pytest.raises(CommflowError, match="increasing sizes"):
         tune_live(comm, [4096, 1024])
-    # an incumbent stays unless the winner beats it by the margin (here: 99%, never)
-    never = lambda name: 0.99  # noqa: E731
+    # an incumbent stays unless the winner beats it by the margin (here: 100%, never)
+    never = lambda name: 1.0  # noqa: E731
     kept = [halve(comm, Collective.ALLREDUCE, 4096, ["shm", "ring"], incumbent=name,
                   margin=never)[0] for name in ("shm", "ring")]
     kept.append(halve(comm, Collective.REDUCESCATTER, 4096, ["ring", "shm"], incumbent="ring",

@@ -59,7 +59,8 @@ def _trees(edges, roots, rng, weights) -> list[WeightedTree]:
     st.lists(st.floats(0.05, 1.0), min_size=3, max_size=3),
     st.integers(1, 12),
     st.integers(0, 7),
-    st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(1, 4))),
+    st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(1, 4)),
+              st.tuples(st.lists(st.integers(1, 3), max_size=3).map(tuple), st.integers(1, 4))),
 )
 def test_any_weighted_trees_give_a_program_that_verifies(collective, rng, weights, pieces, root,
                                                          merge):  # fmt: skip
@@ -101,6 +102,26 @@ def test_merged_messages_keep_the_ends_of_each_tree_single_and_its_chunks_togeth
     assert position.tolist() == start.tolist() == list(range(10)) and set(count) == {1}
     with pytest.raises(AlgorithmError, match="merge"):
         lower_streams(Collective.ALLGATHER, EDGES, down=[], pieces=1, name="t", merge=(1, 0))
+
+
+def test_merged_messages_ramp_up_and_down_at_the_ends_of_each_tree():
+    up_of = np.array([0, 1] * 10)  # two trees of 10 chunks each
+    down_of = np.full(20, -1)
+    position, start, count = merged(up_of, down_of, ((1, 2), 3))
+    # each tree: messages of 1, 2, then 3 (the middle 4: one of 3 and one of 1), then 2, 1
+    assert position.tolist() == [0, 1, 2, 3, 6, 7, 12, 13, 14, 15, 18, 19]
+    assert start.tolist() == [0, 10, 1, 11, 3, 13, 6, 16, 7, 17, 9, 19]
+    assert count.tolist() == [1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 1, 1]
+    few = np.zeros(5, dtype=np.int64)  # 5 chunks: too few for 1 + 2 at either end, so 1, 3, 1
+    assert merged(few, np.full(5, -1), ((1, 2), 3))[2].tolist() == [1, 3, 1]
+    for a, b in zip(merged(up_of, down_of, (2, 3)), merged(up_of, down_of, ((1, 1), 3)),
+                    strict=True):
+        assert a.tolist() == b.tolist()  # an int head is that many single chunks
+    with pytest.raises(AlgorithmError, match="merge"):
+        lower_streams(Collective.ALLGATHER, EDGES, down=[], pieces=1, name="t",
+                      merge=((1, 0), 3))
+    assert dict(synthesize("allgather", DGX1, pieces=24, merge=((1, 2), 4)).params)[
+        "merge"] == "1,2:4"
 
 
 def test_merged_programs_take_fewer_steps_and_keep_the_bound():

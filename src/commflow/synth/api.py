@@ -16,7 +16,7 @@ from commflow.synth.forest import Forest, at_bound, cut_bound, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import DOWN, depth, lower, steps_per_piece
 from commflow.synth.steps import pareto, schedule_program
-from commflow.synth.streams import lower_streams
+from commflow.synth.streams import Merge, lower_streams, merge_name
 from commflow.synth.trees import WeightedTree, balanced_shares, integral_shares, pack_trees
 from commflow.topology.graph import Topology
 from commflow.topology.routing import diameter
@@ -82,7 +82,7 @@ def synthesize(
     time_limit: float | None = None,
     levels: int = 0,
     trees: int | None = None,
-    merge: tuple[int, int] | None = None,
+    merge: Merge | None = None,
 ) -> Program:
     """A program for ``collective`` on ``topology``, synthesized for ``objective``.
 
@@ -98,13 +98,14 @@ def synthesize(
     (default 30). ``root`` is used by broadcast and reduce. ``levels`` > 0 gives a program
     with one stream per edge up to that many channels per edge, by tree depth (for
     MSCCL-family runtimes, which run a program in loops; other lowerings ignore it), and
-    ``merge`` = ``(ends, group)`` one whose chunks of each tree travel ``group`` at a time
-    but for the first and last ``ends`` (:func:`~commflow.synth.streams.merged`; fewer
-    steps). ``trees`` caps the trees per root of a packing lowered in shares (default: as many as
-    leave :data:`MIN_PIECES` pieces per share within :data:`MAX_STEPS`, at most 24): fewer
-    trees, fewer steps per piece (MSCCL's caps; DGX A100 x2 has an exact packing with one
-    tree per root). Raises ``AlgorithmError`` for an unknown objective, a collective no
-    method covers or ``trees`` < 1, and ``TopologyError`` when the ranks are not connected.
+    ``merge`` = ``(head, group)`` one whose chunks of each tree travel ``group`` at a time
+    but in messages of the ``head`` sizes at either end (an int: that many single chunks;
+    :func:`~commflow.synth.streams.merged`; fewer steps). ``trees`` caps the trees per root
+    of a packing lowered in shares (default: as many as leave :data:`MIN_PIECES` pieces per
+    share within :data:`MAX_STEPS`, at most 24): fewer trees, fewer steps per piece (MSCCL's
+    caps; DGX A100 x2 has an exact packing with one tree per root). Raises
+    ``AlgorithmError`` for an unknown objective, a collective no method covers or ``trees``
+    < 1, and ``TopologyError`` when the ranks are not connected.
     """
     kind = parse_collective(collective)
     if objective not in OBJECTIVES:
@@ -166,7 +167,7 @@ def _most_trees(kind: Collective, nranks: int) -> int:
 
 def _tree_program(
     kind: Collective, topology: Topology, root: int | None, pieces: int | None, levels: int = 0,
-    trees: int | None = None, merge: tuple[int, int] | None = None,
+    trees: int | None = None, merge: Merge | None = None,
 ) -> Program:
     """Tree packing lowered with ``pieces`` chunks per share; by default
     :data:`PIECES_PER_LEVEL` per level of the deepest share, within :func:`step_budget`;
@@ -227,7 +228,7 @@ def _tree_program(
 
 def _stream_program(
     kind: Collective, topology: Topology, edges: LogicalEdges, root: int | None,
-    pieces: int | None, levels: int = 0, merge: tuple[int, int] | None = None,
+    pieces: int | None, levels: int = 0, merge: Merge | None = None,
 ) -> Program | None:
     """Trees at the cut bound over the edges with links of their own, lowered with one stream
     per edge (:mod:`commflow.synth.streams`): ``pieces`` chunks per tree of an exact packing
@@ -253,7 +254,7 @@ def _stream_program(
     trees = max(sum(t.root == r for t in down or up) for r in range(n))
     extra = {"levels": levels} if levels else {}
     if merge is not None:
-        extra["merge"] = "{}:{}".format(*merge)
+        extra["merge"] = merge_name(merge)
     return lower_streams(
         kind,
         own,

@@ -12,9 +12,9 @@ threadblock of the step before it in its channel; local steps that open a channe
 threadblock of its first send or receive, and a channel without any gets a local threadblock
 (``send=-1 recv=-1``). Threadblock ids follow MSCCL's order: by send peer, receive peer,
 channel. Channels are numbered per connection (the ``k``-th commflow channel from one rank to
-another is channel ``k`` at both ends), so a program with thousands of commflow channels
-(one per tree share, or one per edge) fits MSCCL's 32 when no pair of ranks uses more; a
-threadblock that sends and receives on channels numbered apart keeps the commflow numbers.
+another is channel ``k`` at both ends; a channel that connects several pairs of ranks takes
+the least number free on all of them), so a program with thousands of commflow channels (one
+per tree share, or one per edge) fits MSCCL's 32 when no pair of ranks uses more.
 
 Order is kept with MSCCL dependencies: a step depends on the previous step of its commflow
 channel when that step lives in another threadblock, and on each explicit dependency; a
@@ -132,29 +132,26 @@ class ThreadblockWriter:
         return lines
 
     def _number_channels(self, ranks: list[list[_Threadblock]]) -> None:
-        """Renumber the threadblocks' channels connection by connection: the ``k``-th commflow
-        channel a rank sends to a peer on becomes channel ``k`` at both ends (MSCCL has 32),
-        local threadblocks channel 0. Kept as they are when a threadblock that both sends and
-        receives would get two numbers; sets :attr:`nchannels`."""
-        used: dict[tuple[int, int], set[int]] = {}
+        """Number the threadblocks' channels connection by connection: each commflow channel
+        that carries messages gets the least number that no channel before it (in commflow
+        order) sharing a pair of ranks with it took, so the ``k``-th channel a rank sends to
+        a peer on is channel ``k`` at both ends when each connects one pair (MSCCL has 32),
+        and a channel joined along a chain of ranks (:mod:`commflow.ir.pack`) keeps one
+        number; local threadblocks get channel 0. Sets :attr:`nchannels`."""
+        pairs: dict[int, set[tuple[int, int]]] = {}
         for i, op in enumerate(self.op):
             if op == Op.SEND:
-                used.setdefault((self.part[i], self.peer[i]), set()).add(self.chan[i])
-        index = {pair: {c: k for k, c in enumerate(sorted(cs))} for pair, cs in used.items()}
-        numbers = []
-        for rank, tbs in enumerate(ranks):
+                pairs.setdefault(self.chan[i], set()).add((self.part[i], self.peer[i]))
+        taken: dict[tuple[int, int], set[int]] = {}
+        number: dict[int, int] = {}
+        for chan in sorted(pairs):
+            used = set().union(*(taken.get(pair, set()) for pair in pairs[chan]))
+            number[chan] = next(k for k in range(len(used) + 1) if k not in used)
+            for pair in pairs[chan]:
+                taken.setdefault(pair, set()).add(number[chan])
+        for tbs in ranks:
             for tb in tbs:
-                ends = set()
-                if tb.send >= 0:
-                    ends.add(index[(rank, tb.send)][tb.chan])
-                if tb.recv >= 0:
-                    ends.add(index[(tb.recv, rank)][tb.chan])
-                numbers.append(ends or {0})
-        if all(len(ends) == 1 for ends in numbers):
-            flat = iter(numbers)
-            for tbs in ranks:
-                for tb in tbs:
-                    tb.chan = next(iter(next(flat)))
+                tb.chan = number[tb.chan] if tb.send >= 0 or tb.recv >= 0 else 0
         self.nchannels = max((tb.chan for tbs in ranks for tb in tbs), default=0) + 1
 
     def _threadblocks(self, groups: list[range]) -> list[_Threadblock]:

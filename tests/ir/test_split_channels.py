@@ -53,3 +53,27 @@ def test_a_channel_with_two_peers_is_refused():
         split_channels(ring, 2)
     with pytest.raises(ProgramError, match="most must be >= 1"):
         split_channels(ring, 0)
+
+
+def test_early_streams_take_their_shorter_segment_first():
+    program = synthesize("reducescatter", DGX1, pieces=4)
+    stream = int(program.table.chan[program.table.op == Op.SEND][0])
+    cut = split_channels(program, 5, early=[stream])
+    verify(cut, target="rccl")
+    t, c = program.table, cut.table
+    for name in COLUMNS:  # the same steps, in the same order
+        assert np.array_equal(getattr(t, name), getattr(c, name))
+    segment = np.diff(c.channel_starts)
+    owner = np.repeat(np.arange(len(t.channel_starts) - 1), np.diff(t.channel_starts))
+    cut_owner = owner[c.channel_starts[:-1]]  # the stream each segment comes from
+    for k in range(len(t.channel_starts) - 1):
+        sizes = segment[cut_owner == k].tolist()
+        n = int(np.diff(t.channel_starts)[k])
+        short = [n % 5] if n % 5 else []
+        full = [5] * (n // 5)
+        early = t.chan[t.channel_starts[k]] == stream
+        assert short or not early  # 56 messages: one, then 11 of 5
+        expected = short + full if early else full + short
+        assert sizes == expected, (k, sizes)
+    assert simulate(cut, DGX1, 1 << 20).time == pytest.approx(
+        simulate(program, DGX1, 1 << 20).time, rel=1e-12)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -59,20 +59,36 @@ def relabel(program: Program, order: Sequence[int]) -> Program:
                                f"order {list(order)} does not keep contiguous; relabel a "
                                f"program that moves one block per step, or keep them in order")
         columns[f"{side}_off"] = np.where(moved, perm[first] * cf + off % cf, off)
-    order_rows = np.lexsort((np.arange(len(t)), t.chan, part))
-    inverse = np.empty_like(order_rows)
-    inverse[order_rows] = np.arange(len(t))
-    columns = {k: np.asarray(v)[order_rows] for k, v in columns.items()}
-    counts = np.diff(t.dep_ptr)
-    dep_ptr = np.concatenate(([0], np.cumsum(counts[order_rows])))
-    owner = inverse[np.repeat(np.arange(len(t)), counts)]
-    dep_idx = inverse[t.dep_idx][np.argsort(owner, kind="stable")]
-    root = None if program.root is None else int(perm[program.root])
     params = dict(program.params)
     params["order"] = tuple(int(r) for r in perm)
-    return make_program(program.name, program.collective, n, chunk_factor=cf, columns=columns,
-                        root=root, dep_ptr=dep_ptr, dep_idx=dep_idx,
-                        switches=nparts - n, params=params)
+    return reorder(program, np.lexsort((np.arange(len(t)), t.chan, part)), columns,
+                   root=None if program.root is None else int(perm[program.root]),
+                   params=params)
+
+
+_COLUMNS = ("part", "chan", "op", "peer", "count", "src_buf", "src_off", "dst_buf", "dst_off")
+
+
+def reorder(program: Program, order: np.ndarray, columns: dict[str, np.ndarray] | None = None,
+            *, root: int | None = None, params: dict[str, object] | None = None) -> Program:
+    """``program``'s steps in ``order`` (step indices), with ``columns`` (by step, in the
+    current order) replacing its own, dependencies following their steps; ``root`` and
+    ``params`` replace the program's when given. The result must be sorted by ``(part,
+    chan)``, each channel's steps in the order they run (``ProgramError`` otherwise)."""
+    t = program.table
+    merged = {name: getattr(t, name) for name in _COLUMNS} | (columns or {})
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(t))
+    counts = np.diff(t.dep_ptr)
+    dep_ptr = np.concatenate(([0], np.cumsum(counts[order])))
+    owner = inverse[np.repeat(np.arange(len(t)), counts)]
+    dep_idx = inverse[t.dep_idx][np.argsort(owner, kind="stable")]
+    return make_program(
+        program.name, program.collective, program.nranks, chunk_factor=program.chunk_factor,
+        columns={k: np.asarray(v)[order] for k, v in merged.items()},
+        root=program.root if root is None else root, dep_ptr=dep_ptr, dep_idx=dep_idx,
+        switches=len(program.participants) - program.nranks,
+        params=dict(program.params) if params is None else params)
 
 
 def repeat(program: Program, loops: int) -> Program:
@@ -182,15 +198,17 @@ def stack(programs: Sequence[Program], *, name: str | None = None) -> Program:
     )
 
 
-def split_channels(program: Program, most: int) -> Program:
+def split_channels(program: Program, most: int, *, early: Collection[int] = ()) -> Program:
     """``program`` with every channel of more than ``most`` messages cut into consecutive
     channels of at most ``most`` messages each. Segment ``s`` of a channel holds messages
-    ``s * most ..`` of its connection at both ends (so sends and receives still pair up); a
-    local step joins the segment of the message before it (a channel of local steps only is
-    cut every ``most`` steps); the first step of each segment waits for the last step of the
-    segment before. The steps run in the same order, each segment on a connection of its
-    own: MSCCL caps the steps of a threadblock (256, or 64), not how many threadblocks follow
-    each other on one link.
+    ``s * most ..`` of its connection at both ends (so sends and receives still pair up), or
+    for the channel numbers in ``early`` (a connection's number at both ends) the shorter
+    segment comes first: ``s * most - (-messages % most) ..``; a local step joins the
+    segment of the message before it (a channel of local steps only is cut every ``most``
+    steps); the first step of each segment waits for the last step of the segment before.
+    The steps run in the same order, each segment on a connection of its own: MSCCL caps the
+    steps of a threadblock (256, or 64), not how many threadblocks follow each other on one
+    link.
 
     Raises ``ProgramError`` when ``most`` < 1 or a channel to cut talks to more than one peer
     or both sends and receives (its ends would cut at different messages).
@@ -211,7 +229,10 @@ def split_channels(program: Program, most: int) -> Program:
     seen = np.cumsum(counted)
     before = seen[starts[:-1]] - counted[starts[:-1]]
     message = np.maximum(seen - 1 - before[channel], 0)
-    long = np.bincount(channel, weights=counted, minlength=len(sizes)) > most
+    total = np.bincount(channel, weights=counted, minlength=len(sizes)).astype(np.int64)
+    long = total > most
+    shift = np.where(np.isin(t.chan[starts[:-1]], np.fromiter(early, dtype=np.int64)),
+                     -total % most, 0)
     for kind, values in (("peer", np.where(transfer, t.peer, -1)),
                          ("direction", np.where(transfer, sends, -1))):
         low = np.full(len(sizes), np.iinfo(np.int64).max)
@@ -224,7 +245,7 @@ def split_channels(program: Program, most: int) -> Program:
             raise ProgramError(
                 f"{program.name}: channel {program.where(i)} has more than {most} messages "
                 f"and more than one {kind}; cut only channels of one connection")
-    segment = np.where(long[channel], message // most, 0)
+    segment = np.where(long[channel], (message + shift[channel]) // most, 0)
     segments = int(segment.max()) + 1
     if segments == 1:
         return program

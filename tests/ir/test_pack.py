@@ -69,3 +69,23 @@ def test_channels_that_exceed_most_or_talk_both_ways_stay_apart():
     assert pack_channels(ring, simulate(ring, DGX1, SIZE).finish, 64) is ring
     with pytest.raises(ProgramError, match="one finish time per step"):
         pack_channels(program, finish[:-1], 6)
+
+
+def test_mi250x2_reduce_scatter_fits_rccl_once_its_threadblocks_are_packed():
+    # 128 chunks per root merged (1, 1, 2, 2):3 cut at 60 messages needs 63-66 threadblocks
+    # on some ranks where RCCL runs 64; the shorter segments of the streams from a lower
+    # rank to a higher one first, then packed: 63 at most, at the same simulated times
+    topo = topology.load("mi250x2")
+    program = synthesize("reducescatter", topo, pieces=128, merge=((1, 1, 2, 2), 3))
+    n = program.nranks
+    with pytest.raises(ProgramError, match="threadblocks where rccl allows 64"):
+        to_msccl_xml(split_channels(program, 60), "rccl")
+    streams = np.unique(program.table.chan[program.table.op == Op.SEND])
+    cut = split_channels(program, 60, early=streams[streams // n < streams % n].tolist())
+    result = simulate(cut, topo, 1 << 30, model="flow", target="rccl")
+    packed = pack_channels(cut, result.finish, 60)
+    xml = to_msccl_xml(packed, "rccl")
+    assert violations(xml, "rccl") == []
+    assert max(gpu.count("<tb ") for gpu in xml.split("<gpu ")[1:]) == 63
+    again = simulate(packed, topo, 1 << 30, model="flow", target="rccl")
+    assert again.time == pytest.approx(result.time, rel=1e-12)

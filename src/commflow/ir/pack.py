@@ -2,12 +2,12 @@
 
 RCCL runs at most 64 threadblocks per rank (:mod:`commflow.ir.target`), and a stream cut
 into threadblocks of at most ``most`` messages (:func:`~commflow.ir.transform.split_channels`)
-leaves a shorter last segment on every stream: a rank of MI250 x2's reduce-scatter (128 chunks
-per root, merged) needs 65-67 threadblocks where its steps would fill 61. An MSCCL threadblock
-has one send peer and one receive peer, so a channel that only receives from one peer and one
-that only sends to one peer can share one, and when the first's steps all finish before the
-second's begin (in a simulation of the program) the shared threadblock runs them at the same
-times. :func:`pack_channels` joins such pairs; :func:`~commflow.ir.transform.split_channels`'s
+leaves a shorter last segment on every stream: MI250 x2's reduce-scatter (128 chunks per root,
+merged, cut at 60 messages) needs 63-66 threadblocks per rank where its busiest rank's 3,620
+messages would fill 61. An MSCCL threadblock has one send peer and one receive peer, so a
+channel that only receives from one peer and one that only sends to one peer can share one,
+and when the first's steps all finish before the second's begin (in a simulation of the
+program) the shared threadblock runs them at the same times. :func:`pack_channels` joins such pairs; :func:`~commflow.ir.transform.split_channels`'s
 ``early`` puts the shorter segment of some streams first, so that short segments at the start
 of one stream meet short ones at the end of another.
 

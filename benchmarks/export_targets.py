@@ -9,9 +9,12 @@ Simple). ``order`` ``xbox``: a reduce-scatter whose partials bound for another b
 (:func:`commflow.synth.cross_box.cross_box_first`). ``fused``: about how many pieces would
 fit the target's XML elements with every receive fused with the send of what it wrote
 (:func:`commflow.ir.msccl_fit.fused_pieces`; ``-`` where that is no limit; for a merged
-program, pieces merged alike). ``merge``: ends:group of a program whose trees' chunks travel
-several to a message (:func:`commflow.synth.streams.merged`). ``rings``: a ring packing won
-(:mod:`commflow.synth.rings`), as rings x chunks per ring (no pieces).
+program, pieces merged alike). ``merge``: head:group of a program whose trees' chunks travel
+several to a message (:func:`commflow.synth.streams.merged`; ``1,1,2,2:3``: messages of 1, 1,
+2 and 2 chunks at either end of a tree's, 3 between; ``2:3``: two single chunks).
+``packed``: pairs of threadblocks joined (:func:`commflow.ir.pack.pack_channels`).
+``rings``: a ring packing won (:mod:`commflow.synth.rings`), as rings x chunks per ring (no
+pieces).
 
     .venv/bin/python benchmarks/export_targets.py dgx1 dgx-a100x2 mi250x2
 """
@@ -38,7 +41,7 @@ ORDERS = {"cross-box first": "xbox"}
 
 def main(presets: list[str]) -> None:
     print(f"{'preset':<12}{'collective':<15}{'target':<16}{'rings':>6}{'pieces':>7}{'levels':>7}"
-          f"{'merge':>6}{'split':>6}"
+          f"{'merge':>12}{'split':>6}{'packed':>7}"
           f"{'order':>7}{'steps':>8}"
           f"{'chunks/loop':>12}{'GB/s':>9}{'default':>9}{'loss%':>8}{'fused':>7}{'secs':>7}")
     for name in presets:
@@ -61,8 +64,8 @@ def main(presets: list[str]) -> None:
                 fused = "-" if fused is None else fused
                 print(f"{name:<12}{collective:<15}{target:<16}{rings!s:>6}"
                       f"{params.get('pieces', '-')!s:>7}"
-                      f"{params.get('levels', '-')!s:>7}{params.get('merge', '-')!s:>6}"
-                      f"{params.get('split', '-')!s:>6}"
+                      f"{params.get('levels', '-')!s:>7}{params.get('merge', '-')!s:>12}"
+                      f"{params.get('split', '-')!s:>6}{params.get('packed', '-')!s:>7}"
                       f"{ORDERS.get(params.get('order'), '-'):>7}{program.nsteps:>8}"
                       f"{chunks_per_loop(program):>12}{algbw / 1e9:>9.2f}{default / 1e9:>9.2f}"
                       f"{100 * (1 - algbw / default):>8.2f}{fused!s:>7}"

@@ -20,6 +20,6 @@ def test_cli_says_how_far_below_a_tree_program_runs(commflow, tmp_path):
     run = commflow("synth", "allgather", "--topo", "ndv2x2", "-b", "1M", "-e", "1M",
                    "--xml", str(tmp_path / "ag.xml"), "--target", "rccl")
     assert run.code == 0, run.stderr
-    assert ("MSCCL XML for rccl: 128 pieces per tree, merge 4:3, split 56, 23808 steps, 0.06% "
+    assert ("MSCCL XML for rccl: 128 pieces per tree, merge 2:3, split 60, 22816 steps, 0.06% "
             "below the default synthesis at 1G (flow model)") in run.stderr
     assert violations((tmp_path / "ag.xml").read_text(), "rccl") == []

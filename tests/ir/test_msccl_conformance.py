@@ -56,10 +56,10 @@ def test_synthesized_dgx1_programs_export_within_the_rules(collective):
             assert "split" not in params and "levels" not in params and params["pieces"] <= 2
             assert 'type="re"' not in text  # no local reduces: they come with levels
         elif collective == "allgather":  # elements per rank: 128 pieces merged 4 at a time
-            assert params["split"] == 56 and params["pieces"] == 128
+            assert params["split"] == 60 and params["pieces"] == 128
             assert params["merge"] == "3:4" and 'cnt="4"' in text  # 171.1 GB/s
         else:  # reductions: 16 pieces in one stream per edge, cut into threadblocks
-            assert params["split"] == 56 and params["pieces"] == 16
+            assert params["split"] == 60 and params["pieces"] == 16
 
 
 def test_a_ring_is_selected_at_every_power_of_two_size_in_its_range():

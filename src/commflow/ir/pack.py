@@ -7,9 +7,10 @@ merged, cut at 60 messages) needs 63-66 threadblocks per rank where its busiest 
 messages would fill 61. An MSCCL threadblock has one send peer and one receive peer, so a
 channel that only receives from one peer and one that only sends to one peer can share one,
 and when the first's steps all finish before the second's begin (in a simulation of the
-program) the shared threadblock runs them at the same times. :func:`pack_channels` joins such pairs; :func:`~commflow.ir.transform.split_channels`'s
-``early`` puts the shorter segment of some streams first, so that short segments at the start
-of one stream meet short ones at the end of another.
+program) the shared threadblock runs them at the same times. :func:`pack_channels` joins such
+pairs; :func:`~commflow.ir.transform.split_channels`'s ``early`` puts the shorter segment of
+some streams first, so that short segments at the start of one stream meet short ones at
+the end of another.
 
 A connection's channel number is the same at both ends, so joining channels ``a`` (from ``p``)
 and ``b`` (to ``q``) at rank ``v`` gives ``p``'s channel of ``a`` and ``q``'s of ``b`` the

@@ -12,7 +12,9 @@ stream is cut into consecutive threadblocks of at most the runtime's steps per t
 (:func:`~commflow.ir.transform.split_channels`): at 1 GiB it runs in one loop of chunks under
 2 MiB, whose pipeline fills and drains once; with each tree's chunks merged into larger
 messages but where the trees fill and drain (:data:`MERGES`), it pipelines like more pieces
-than fit as equal chunks. A reduce-scatter lowered in shares across boxes
+than fit as equal chunks; where the runtime caps threadblocks per rank (RCCL), a rank's
+threadblocks that run one after the other share one (:func:`~commflow.ir.pack.
+pack_channels`). A reduce-scatter lowered in shares across boxes
 is also tried with its partials bound for another box first
 (:func:`~commflow.synth.cross_box.cross_box_first`), which hides the last network hop.
 Where Hamiltonian cycles load every link to its bandwidth (DGX-1), a ring packing
@@ -23,11 +25,16 @@ steps, so it is tried too.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import numpy as np
+
 from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError, ProgramError
 from commflow.ir import Program
 from commflow.ir.msccl import to_msccl_xml
 from commflow.ir.msccl_fit import element_budget, fused_pieces
+from commflow.ir.pack import pack_channels
 from commflow.ir.target import Target, get_target
 from commflow.ir.transform import split_channels
 from commflow.sim import simulate
@@ -35,6 +42,7 @@ from commflow.synth.api import synthesize
 from commflow.synth.cross_box import cross_box_first
 from commflow.synth.rings import COLLECTIVES as RING_COLLECTIVES
 from commflow.synth.rings import ring_orders, ring_program
+from commflow.synth.streams import Merge
 from commflow.topology.graph import Topology
 from commflow.units import format_size
 
@@ -65,22 +73,34 @@ a fractional packing's rounding differs from one count of pieces to the next (MI
 reduce-scatter in one pass: 8.2% below the default synthesis at 56 pieces, 5.6% at 60,
 7.5% at 52)."""
 
-MERGES = ((128, 2, 3), (128, 3, 4), (128, 4, 3), (64, 2, 4))
-"""``(pieces, ends, group)`` of the merged stream programs also tried with streams cut into
-threadblocks (:func:`~commflow.synth.streams.merged`): ``pieces`` chunks per root's data,
-each tree's sent ``group`` at a time but for the first and last ``ends``, so a program
-pipelines like ``pieces`` in about as many steps as fewer equal chunks take. Each is the
-best that fits a target on MI250 x2 at 1 GiB with a power of two chunks per root (so that
-``nchunksperloop`` divides every power-of-two size it runs at; against the default
-synthesis, where equal chunks lose 2.48 / 3.44 / 4.28% on msccl-executor): allgather on
-msccl-executor 1.44% (the first), on RCCL 1.71% (the second, also reduce-scatter on RCCL:
-3.38%), reduce-scatter on msccl-executor 2.09%, allreduce there 3.60%. 108 chunks merged
-2:2 (reduce-scatter 1.96%) and 72 merged 2:4 (allreduce 2.72%) lose less but would not be
-selected at power-of-two sizes."""
+MERGES: dict[Collective, tuple[tuple[int, Merge, int], ...]] = {
+    Collective.ALLGATHER: ((128, 2, 3), (128, 3, 4)),
+    Collective.REDUCESCATTER: ((128, (1, 1, 1, 2, 2), 3), (128, (1, 1, 2, 2), 3)),
+    Collective.ALLREDUCE: ((128, (2, 3, 4), 7), (128, (2, 4), 6)),
+}
+"""Per collective, ``(pieces, head, group)`` of the merged stream programs also tried with
+streams cut into threadblocks (:func:`~commflow.synth.streams.merged`): ``pieces`` chunks
+per root's data, each tree's sent ``group`` at a time but in messages of the ``head`` sizes
+at either end (an int: that many single chunks), so a program pipelines like ``pieces`` in
+about as many steps as fewer equal chunks take. Each is the best found that fits a target on
+MI250 x2 at 1 GiB with a power of two chunks per root (so that ``nchunksperloop`` divides
+every power-of-two size it runs at), against the default synthesis: allgather 1.44% on
+msccl-executor (the first), 1.71% on RCCL (the second); reduce-scatter 1.61% on
+msccl-executor, 1.90% on RCCL (its threadblocks packed, :data:`PACK_EARLY`); allreduce
+1.92% on msccl-executor, 1.97% on RCCL (packed)."""
 
-SPLIT_EIGHTHS = (7, 6)
-"""Messages per threadblock a cut stream is given, in eighths of the target's steps per
+SPLIT_SIXTEENTHS = (15, 14, 12)
+"""Messages per threadblock a cut stream is given, in sixteenths of the target's steps per
 threadblock, tried in turn (room for the ``nop`` steps that carry extra dependencies)."""
+
+PACK_EARLY = ("lower", "higher")
+"""Where a target caps threadblocks per rank (RCCL: 64) and a cut program needs more, it is
+also tried with its threadblocks packed (:func:`~commflow.ir.pack.pack_channels`), the
+shorter segment first on the streams from a lower-numbered rank to a higher one, then on the
+others (:func:`~commflow.ir.transform.split_channels`'s ``early``): short segments at the
+start of one stream then share a threadblock with short ones at the end of another, at the
+same simulated times (MI250 x2 reduce-scatter, 128 chunks per root merged ``(1, 1, 2, 2)``:
+3, cut at 60: 63 threadblocks per rank at most instead of 66)."""
 
 RING_CHUNKS = (2, 1)
 """Chunks per ring tried for ring packings (:mod:`commflow.synth.rings`): with 3 or more a
@@ -101,7 +121,7 @@ def synthesize_for(
     size: float = REFERENCE_SIZE,
     max_loss: float | None = None,
     rings: bool = True,
-    merges: tuple[tuple[int, int, int], ...] = MERGES,
+    merges: tuple[tuple[int, Merge, int], ...] | None = None,
 ) -> tuple[Program, str]:
     """The bandwidth-synthesized program that exports to ``target`` (verified there, bounded
     buffers and limits included) and runs fastest there at ``size`` bytes, and its MSCCL XML.
@@ -113,8 +133,10 @@ def synthesize_for(
     edge, up to :data:`LEVELED_TRIED` with channels by tree depth (:data:`LEVELS` per edge at
     most) and, on targets that cap steps per
     threadblock, up to :data:`SPLIT_TRIED` with every stream cut into threadblocks of at most
-    that many messages (also trying :data:`SPLIT_PIECES`), and each of ``merges`` (default
-    :data:`MERGES`) cut so; where it lowers in shares, up to
+    that many messages (also trying :data:`SPLIT_PIECES`), and each of ``merges`` (``(pieces,
+    head, group)``; default: the collective's :data:`MERGES`) cut so, a cut program that
+    needs more threadblocks than the target runs also with them packed (:data:`PACK_EARLY`);
+    where it lowers in shares, up to
     :data:`LEVELED_TRIED` with at most :data:`FEW_TREES` trees per root; a reduce-scatter
     lowered in shares across boxes also with partials bound for another box first. Each is
     simulated with the flow model on the target (its loops and bounded buffers). Raises
@@ -129,23 +151,31 @@ def synthesize_for(
     reason = "no pieces tried"
     fitted: list[tuple[Program, str]] = []
     cap = where.max_steps_per_threadblock
-    cuts = () if cap is None else tuple(cap * f // 8 for f in SPLIT_EIGHTHS)
+    cuts = () if cap is None else tuple(cap * f // 16 for f in SPLIT_SIXTEENTHS)
     finer = sorted({*pieces, *(c for c in SPLIT_PIECES if min(pieces) <= c <= max(pieces))},
                    reverse=True)
     kind = parse_collective(collective)
+    merges = MERGES.get(kind, ()) if merges is None else merges
     families = (({}, (None,), LEVELED_TRIED, pieces),
                 ({"levels": LEVELS}, (None,), LEVELED_TRIED, pieces),
                 ({}, cuts, SPLIT_TRIED, finer),
-                *(({"merge": (ends, group)}, cuts, 1, (count,))
-                  for count, ends, group in merges if cuts),
+                *(({"merge": (head, group)}, cuts, 1, (count,))
+                  for count, head, group in merges if cuts),
                 ({"trees": FEW_TREES}, (None,), LEVELED_TRIED, pieces))
-    orders = ring_orders(topology) if rings and kind in RING_COLLECTIVES else None
-    for chunks in RING_CHUNKS if orders else ():
-        program = ring_program(collective, topology, chunks=chunks, orders=orders)
+
+    def fit(program: Program) -> bool:
+        """Keep ``program`` with its XML if it exports to the target, else the refusal."""
+        nonlocal reason
         try:
             fitted.append((program, to_msccl_xml(program, where)))
         except ProgramError as error:
             reason = str(error)
+            return False
+        return True
+
+    orders = ring_orders(topology) if rings and kind in RING_COLLECTIVES else None
+    for chunks in RING_CHUNKS if orders else ():
+        fit(ring_program(collective, topology, chunks=chunks, orders=orders))
     for extra, splits, wanted, counts in families:
         found = 0
         for count in counts:
@@ -157,14 +187,10 @@ def synthesize_for(
                 candidate = program if split is None else split_channels(program, split)
                 if split is not None and "split" not in dict(candidate.params):
                     break  # no stream longer than a threadblock: a candidate above
-                fits = False
-                for variant in _orders(candidate, topology, streams):
-                    try:
-                        fitted.append((variant, to_msccl_xml(variant, where)))
-                    except ProgramError as error:
-                        reason = str(error)
-                        continue
-                    fits = True
+                fits = any([fit(variant) for variant in _orders(candidate, topology, streams)])
+                if split and not fits and where.max_threadblocks:
+                    fits = any(fit(variant) for variant in _packed(program, split, topology,
+                                                                   where, size))
                 if fits:
                     found += 1
                     break
@@ -252,6 +278,25 @@ def _room(program: Program, xml: str, where: Target) -> str:
             f"{where.name}'s parser keeps {scope}, and with every receive fused with the send "
             f"of what it wrote (rcs/rrcs) about {fused_pieces(program, where, pieces):,} "
             f"pieces per {_unit(params)} would fit")
+
+
+def _packed(program: Program, split: int, topology: Topology, where: Target,
+            size: float) -> Iterator[Program]:
+    """``program`` cut into threadblocks of ``split`` messages with its threadblocks packed
+    by their times on ``where`` at ``size`` bytes, the shorter segment first on its streams
+    from a lower-numbered rank to a higher one, then from a higher to a lower
+    (:data:`PACK_EARLY`); nothing when it runs there in several loops (each threadblock
+    loops on its own, so joined ones would wait for each other's loops)."""
+    n = program.nranks
+    chans = np.unique(program.table.chan)
+    streams = chans[chans < n * n]
+    for early in PACK_EARLY:
+        chosen = streams[(streams // n < streams % n) == (early == "lower")]
+        cut = split_channels(program, split, early=chosen.tolist())
+        finish = simulate(cut, topology, size, model="flow", target=where).finish
+        if len(finish) != cut.nsteps:
+            return
+        yield pack_channels(cut, finish, split)
 
 
 def _orders(program: Program, topology: Topology, streams: bool) -> list[Program]:

@@ -82,12 +82,12 @@ MERGES: dict[Collective, tuple[tuple[int, Merge, int], ...]] = {
 streams cut into threadblocks (:func:`~commflow.synth.streams.merged`): ``pieces`` chunks
 per root's data, each tree's sent ``group`` at a time but in messages of the ``head`` sizes
 at either end (an int: that many single chunks), so a program pipelines like ``pieces`` in
-about as many steps as fewer equal chunks take. Each is the best found that fits a target on
-MI250 x2 at 1 GiB with a power of two chunks per root (so that ``nchunksperloop`` divides
-every power-of-two size it runs at), against the default synthesis: allgather 1.44% on
-msccl-executor (the first), 1.71% on RCCL (the second); reduce-scatter 1.61% on
-msccl-executor, 1.90% on RCCL (its threadblocks packed, :data:`PACK_EARLY`); allreduce
-1.92% on msccl-executor, 1.97% on RCCL (packed)."""
+about as many steps as fewer equal chunks take. The first of each collective is the best
+found on MI250 x2's msccl-executor at 1 GiB with a power of two chunks per root (so that
+``nchunksperloop`` divides every power-of-two size it runs at), the second on RCCL where the
+first does not fit, against the default synthesis: allgather 1.44% on both (RCCL: packed,
+:data:`PACK_EARLY`; the second wins on DGX-1 without rings), reduce-scatter 1.61% / 1.90%
+(packed), allreduce 1.92% / 1.97% (packed)."""
 
 SPLIT_SIXTEENTHS = (15, 14, 12)
 """Messages per threadblock a cut stream is given, in sixteenths of the target's steps per

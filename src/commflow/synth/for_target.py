@@ -188,7 +188,7 @@ def synthesize_for(
                 if split is not None and "split" not in dict(candidate.params):
                     break  # no stream longer than a threadblock: a candidate above
                 fits = any([fit(variant) for variant in _orders(candidate, topology, streams)])
-                if split and not fits and where.max_threadblocks:
+                if split and not fits and _crowded(candidate, where):
                     fits = any(fit(variant) for variant in _packed(program, split, topology,
                                                                    where, size))
                 if fits:
@@ -278,6 +278,14 @@ def _room(program: Program, xml: str, where: Target) -> str:
             f"{where.name}'s parser keeps {scope}, and with every receive fused with the send "
             f"of what it wrote (rcs/rrcs) about {fused_pieces(program, where, pieces):,} "
             f"pieces per {_unit(params)} would fit")
+
+
+def _crowded(program: Program, where: Target) -> bool:
+    """Whether some rank of ``program`` has more channels than ``where`` runs threadblocks
+    (a cut stream's segments are a threadblock each)."""
+    t = program.table
+    most = int(np.bincount(t.part[t.channel_starts[:-1]]).max(initial=0))
+    return where.max_threadblocks is not None and most > where.max_threadblocks
 
 
 def _packed(program: Program, split: int, topology: Topology, where: Target,

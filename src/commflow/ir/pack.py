@@ -57,7 +57,7 @@ def pack_channels(program: Program, finish: np.ndarray, most: int) -> Program:
     np.minimum.at(low, channel, t.peer.astype(np.int64))
     np.maximum.at(high, channel, t.peer.astype(np.int64))
     direction[low != high] = 0
-    begin = _first_start(program, finish)
+    begin = _first_start(program, finish, recvs)
     end = finish[last_step]
     joins, label = _pairs(t.part[first_step], t.chan[first_step], t.peer[first_step],
                           direction, sizes, begin, end, most, program.nranks)
@@ -70,13 +70,12 @@ def pack_channels(program: Program, finish: np.ndarray, most: int) -> Program:
     return reorder(program, order, {"chan": new[channel]}, params=params)
 
 
-def _first_start(program: Program, finish: np.ndarray) -> np.ndarray:
-    """Per channel, when its first step could start: a receive's completion, else the last
-    of its dependencies (seconds)."""
+def _first_start(program: Program, finish: np.ndarray, recvs: np.ndarray) -> np.ndarray:
+    """Per channel, when its first step could start: a receive's (``recvs``: per step)
+    completion, else the last of its dependencies (seconds)."""
     t = program.table
     first = t.channel_starts[:-1]
-    begin = np.where((t.op[first] == Op.RECV) | (t.op[first] == Op.RECV_REDUCE),
-                     finish[first], 0.0)
+    begin = np.where(recvs[first], finish[first], 0.0)
     owner = np.repeat(np.arange(len(t)), np.diff(t.dep_ptr))
     ready = np.zeros(len(t))
     np.maximum.at(ready, owner, finish[t.dep_idx])

@@ -10,7 +10,7 @@ Simple). ``order`` ``xbox``: a reduce-scatter whose partials bound for another b
 fit the target's XML elements with every receive fused with the send of what it wrote
 (:func:`commflow.ir.msccl_fit.fused_pieces`; ``-`` where that is no limit; for a merged
 program, pieces merged alike). ``merge``: head:group of a program whose trees' chunks travel
-several to a message (:func:`commflow.synth.streams.merged`; ``1,1,2,2:3``: messages of 1, 1,
+several to a message (:func:`commflow.synth.merge.merged`; ``1,1,2,2:3``: messages of 1, 1,
 2 and 2 chunks at either end of a tree's, 3 between; ``2:3``: two single chunks).
 ``packed``: pairs of threadblocks joined (:func:`commflow.ir.pack.pack_channels`).
 ``rings``: a ring packing won (:mod:`commflow.synth.rings`), as rings x chunks per ring (no

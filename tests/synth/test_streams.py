@@ -24,7 +24,8 @@ from commflow.synth import (
 )
 from commflow.synth.boxes import dedicated_edges
 from commflow.synth.list_schedule import DOWN_HOP, UP_HOP, list_schedule
-from commflow.synth.streams import deal, lower_streams, merged
+from commflow.synth.merge import merged
+from commflow.synth.streams import deal, lower_streams
 
 SIZE = 2**30
 _DOWN = (Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLREDUCE)

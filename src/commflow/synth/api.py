@@ -15,8 +15,9 @@ from commflow.synth.boxes import by_box, dedicated_edges
 from commflow.synth.forest import Forest, at_bound, cut_bound, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import DOWN, depth, lower, steps_per_piece
+from commflow.synth.merge import Merge, merge_name
 from commflow.synth.steps import pareto, schedule_program
-from commflow.synth.streams import Merge, lower_streams, merge_name
+from commflow.synth.streams import lower_streams
 from commflow.synth.trees import WeightedTree, balanced_shares, integral_shares, pack_trees
 from commflow.topology.graph import Topology
 from commflow.topology.routing import diameter
@@ -100,7 +101,7 @@ def synthesize(
     MSCCL-family runtimes, which run a program in loops; other lowerings ignore it), and
     ``merge`` = ``(head, group)`` one whose chunks of each tree travel ``group`` at a time
     but in messages of the ``head`` sizes at either end (an int: that many single chunks;
-    :func:`~commflow.synth.streams.merged`; fewer steps). ``trees`` caps the trees per root
+    :func:`~commflow.synth.merge.merged`; fewer steps). ``trees`` caps the trees per root
     of a packing lowered in shares (default: as many as leave :data:`MIN_PIECES` pieces per
     share within :data:`MAX_STEPS`, at most 24): fewer trees, fewer steps per piece (MSCCL's
     caps; DGX A100 x2 has an exact packing with one tree per root). Raises

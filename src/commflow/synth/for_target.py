@@ -40,9 +40,9 @@ from commflow.ir.transform import split_channels
 from commflow.sim import simulate
 from commflow.synth.api import synthesize
 from commflow.synth.cross_box import cross_box_first
+from commflow.synth.merge import Merge
 from commflow.synth.rings import COLLECTIVES as RING_COLLECTIVES
 from commflow.synth.rings import ring_orders, ring_program
-from commflow.synth.streams import Merge
 from commflow.topology.graph import Topology
 from commflow.units import format_size
 
@@ -79,7 +79,7 @@ MERGES: dict[Collective, tuple[tuple[int, Merge, int], ...]] = {
     Collective.ALLREDUCE: ((128, (2, 3, 4), 7), (128, (2, 4), 6)),
 }
 """Per collective, ``(pieces, head, group)`` of the merged stream programs also tried with
-streams cut into threadblocks (:func:`~commflow.synth.streams.merged`): ``pieces`` chunks
+streams cut into threadblocks (:func:`~commflow.synth.merge.merged`): ``pieces`` chunks
 per root's data, each tree's sent ``group`` at a time but in messages of the ``head`` sizes
 at either end (an int: that many single chunks), so a program pipelines like ``pieces`` in
 about as many steps as fewer equal chunks take. The first of each collective is the best

@@ -12,7 +12,7 @@ may be any reals:
    (:func:`~commflow.synth.rounding.apportion`) in stride order, so that every tree's chunks
    are spread evenly over the data (allreduce deals to its up-trees and its down-trees apart).
    Each chunk is a message of its own, or with ``merge`` each tree's chunks travel several
-   to a message, in smaller ones at either end (:func:`merged`).
+   to a message, in smaller ones at either end (:func:`~commflow.synth.merge.merged`).
 2. The messages are list-scheduled at ``size`` bytes (:mod:`commflow.synth.stream_schedule`):
    each edge sends one at a time and never idles while one waits for it, the one earliest
    in its root's data first, moved earlier by a weight of the hops still ahead of it (each
@@ -55,6 +55,7 @@ from commflow.ir import Buffer, Op, Program, Ref, make_program
 from commflow.synth.links import LogicalEdges
 from commflow.synth.list_schedule import DOWN_HOP, UP_HOP
 from commflow.synth.lower import DOWN, UP, chunk_refs, step_row, trees_of
+from commflow.synth.merge import Merge, merge_head, merged
 from commflow.synth.rounding import apportion
 from commflow.synth.stream_schedule import schedule_chunks, tree_depths, tree_heights
 from commflow.synth.trees import WeightedTree
@@ -62,11 +63,6 @@ from commflow.synth.trees import WeightedTree
 REFERENCE_SIZE = float(2**30)
 """Bytes of the collective the chunks are scheduled at by default (large messages, where the
 bandwidth objective matters)."""
-
-Merge = tuple[int | tuple[int, ...], int]
-"""``(head, group)``: how a tree's chunks travel (:func:`merged`). ``head`` is the chunks of
-each of its first messages, mirrored by its last ones (``(1, 2, 3)``: messages of 1, 2 and 3
-chunks, then of ``group``, then 3, 2, 1); an int ``e`` stands for ``e`` single chunks."""
 
 
 def lower_streams(
@@ -93,7 +89,8 @@ def lower_streams(
     ``levels`` > 0 splits each edge's stream into up to ``levels`` channels by tree depth
     (consecutive depths share one when the trees are deeper; see the module). ``merge`` =
     ``(head, group)`` sends each tree's (allreduce: tree pair's) chunks of a root in messages
-    of the ``head`` sizes at either end and of ``group`` chunks between (:func:`merged`).
+    of the ``head`` sizes at either end and of ``group`` chunks between
+    (:func:`~commflow.synth.merge.merged`).
     Raises ``AlgorithmError`` for alltoall, gather and scatter, ``pieces < 1``, ``levels <
     0``, a ``merge`` with a negative head or a size below 1, or a root without the trees its
     collective needs.
@@ -165,64 +162,6 @@ def deal(trees: Sequence[WeightedTree], pieces: int) -> np.ndarray:
     marks = np.concatenate([(np.arange(c) + 0.5) / c for c in counts if c])
     owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     return owner[np.argsort(marks, kind="stable")]
-
-
-def merge_head(merge: Merge) -> tuple[int, ...]:
-    """The chunks of each of the first messages of a tree under ``merge``."""
-    head = merge[0]
-    return (1,) * head if isinstance(head, int) else tuple(head)
-
-
-def merge_name(merge: Merge) -> str:
-    """``merge`` as a program's ``merge`` parameter: ``4:3``, or ``1,2,3:8`` for a ramp."""
-    head = merge[0]
-    return f"{head}:{merge[1]}" if isinstance(head, int) else (
-        ",".join(str(k) for k in head) + f":{merge[1]}")
-
-
-def merged(up_of: np.ndarray, down_of: np.ndarray,
-           merge: Merge | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A root's messages: per message the position of its first chunk in the root's data
-    (the order it is scheduled in), the first chunk in the buffers and how many chunks.
-
-    ``up_of``/``down_of`` give each chunk's trees (:func:`deal`). Without ``merge`` every
-    chunk is a message of its own at its position. With ``merge = (head, group)``
-    (:data:`Merge`) the chunks of each tree pair take consecutive places in the buffers (in
-    position order) and travel in messages of the ``head`` sizes, then ``group`` at a time,
-    then the ``head`` sizes in reverse (the last of the middle ones may be smaller); a tree
-    pair with fewer than twice the head's chunks drops its largest head sizes. Pipelining
-    needs small messages where the trees fill and drain, and fewer messages take fewer XML
-    elements (MI250 x2 reduce-scatter, 128 chunks per root in one pass: head ``(1, 1, 1, 1)``,
-    group 3: 3,930 steps per rank, 2.09% below the default synthesis; head ``(1, 1, 1, 2,
-    2)``: 3,900 steps, 1.61%)."""
-    count = len(up_of)
-    if merge is None:
-        every = np.arange(count)
-        return every, every, np.ones(count, dtype=np.int64)
-    head, group = list(merge_head(merge)), merge[1]
-    pair = np.unique(np.column_stack((up_of, down_of)), axis=0, return_inverse=True)[1].ravel()
-    order = np.lexsort((np.arange(count), pair))  # by pair, then position
-    position, start, size = [], [], []
-    at = 0
-    for members in np.split(order, np.flatnonzero(np.diff(pair[order])) + 1):
-        m, ends = len(members), list(head)
-        while 2 * sum(ends) > m:
-            ends.pop()
-        middle = m - 2 * sum(ends)
-        sizes = [*ends, *[group] * (middle // group)]
-        if middle % group:
-            sizes.append(middle % group)
-        sizes += reversed(ends)
-        j = 0
-        for k in sizes:
-            position.append(members[j])
-            start.append(at + j)
-            size.append(k)
-            j += k
-        at += m
-    by = np.argsort(position, kind="stable")
-    return (np.array(position, dtype=np.int64)[by], np.array(start, dtype=np.int64)[by],
-            np.array(size, dtype=np.int64)[by])  # fmt: skip
 
 
 class _Steps:

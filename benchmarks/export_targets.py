@@ -29,7 +29,7 @@ from commflow.ir.msccl import chunks_per_loop
 from commflow.ir.msccl_fit import fused_pieces
 from commflow.ir.target import get_target
 from commflow.sim import simulate
-from commflow.synth import synthesize, synthesize_for
+from commflow.synth import remembered, synthesize, synthesize_for
 from commflow.topology import load
 
 SIZE = 1 << 30
@@ -48,29 +48,35 @@ def main(presets: list[str]) -> None:
         topo = load(name)
         for collective in COLLECTIVES:
             default = simulate(synthesize(collective, topo), topo, SIZE, model="flow").algbw
-            for target in TARGETS:
-                start = time.perf_counter()
-                try:
-                    program, _ = synthesize_for(collective, topo, target)
-                except CommflowError as error:
-                    print(f"{name:<12}{collective:<15}{target:<16} refused: {error}")
-                    continue
-                algbw = simulate(program, topo, SIZE, model="flow", target=target).algbw
-                params = dict(program.params)
-                ringed = params.get("packing") == "cycles"
-                rings = f"{params['rings']}x{params['chunks']}" if ringed else "-"
-                fused = None if ringed else fused_pieces(program, get_target(target),
-                                                               int(params.get("pieces", 1)))
-                fused = "-" if fused is None else fused
-                print(f"{name:<12}{collective:<15}{target:<16}{rings!s:>6}"
-                      f"{params.get('pieces', '-')!s:>7}"
-                      f"{params.get('levels', '-')!s:>7}{params.get('merge', '-')!s:>12}"
-                      f"{params.get('split', '-')!s:>6}{params.get('packed', '-')!s:>7}"
-                      f"{ORDERS.get(params.get('order'), '-'):>7}{program.nsteps:>8}"
-                      f"{chunks_per_loop(program):>12}{algbw / 1e9:>9.2f}{default / 1e9:>9.2f}"
-                      f"{100 * (1 - algbw / default):>8.2f}{fused!s:>7}"
-                      f"{time.perf_counter() - start:>7.1f}",
-                      flush=True)
+            with remembered():  # the targets' searches share their candidates
+                rows(name, topo, collective, default)
+
+
+def rows(name: str, topo, collective: str, default: float) -> None:
+    """Print the row of each target for one preset and collective."""
+    for target in TARGETS:
+        start = time.perf_counter()
+        try:
+            program, _ = synthesize_for(collective, topo, target)
+        except CommflowError as error:
+            print(f"{name:<12}{collective:<15}{target:<16} refused: {error}")
+            continue
+        algbw = simulate(program, topo, SIZE, model="flow", target=target).algbw
+        params = dict(program.params)
+        ringed = params.get("packing") == "cycles"
+        rings = f"{params['rings']}x{params['chunks']}" if ringed else "-"
+        fused = None if ringed else fused_pieces(program, get_target(target),
+                                                 int(params.get("pieces", 1)))
+        fused = "-" if fused is None else fused
+        print(f"{name:<12}{collective:<15}{target:<16}{rings!s:>6}"
+              f"{params.get('pieces', '-')!s:>7}"
+              f"{params.get('levels', '-')!s:>7}{params.get('merge', '-')!s:>12}"
+              f"{params.get('split', '-')!s:>6}{params.get('packed', '-')!s:>7}"
+              f"{ORDERS.get(params.get('order'), '-'):>7}{program.nsteps:>8}"
+              f"{chunks_per_loop(program):>12}{algbw / 1e9:>9.2f}{default / 1e9:>9.2f}"
+              f"{100 * (1 - algbw / default):>8.2f}{fused!s:>7}"
+              f"{time.perf_counter() - start:>7.1f}",
+              flush=True)
 
 
 if __name__ == "__main__":

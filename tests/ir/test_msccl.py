@@ -271,14 +271,19 @@ def test_limits_are_refused_with_the_limit_named():
 
 def test_elements_are_counted_per_file_in_msccl_and_per_rank_in_rccl():
     wide = algorithms.build("allgather", "ring", 16, chunks=2, channels=8)
-    with pytest.raises(ProgramError, match="4369 elements per file where msccl's parser keeps"):
+    with pytest.raises(ProgramError, match="at least 4257 elements per file where msccl's "
+                       "parser keeps 4096"):  # refused by the bound, before any layout
         to_msccl_xml(wide, "msccl", proto="LL")
+    roomier = dataclasses.replace(get_target("msccl", protocol="LL"), max_nodes=4300)
+    with pytest.raises(ProgramError, match="would hold 4369 elements per file where msccl's "
+                       "parser keeps 4300"):  # within the bound, over once laid out
+        to_msccl_xml(wide, roomier, proto="LL")
     for runtime in ("rccl", "msccl-executor"):
         text = to_msccl_xml(wide, runtime, proto="LL")
         assert text.count("<step ") > 4096
         assert violations(text, runtime) == []
     small = dataclasses.replace(get_target("rccl", protocol="LL"), max_nodes=200)
-    with pytest.raises(ProgramError, match="would hold 2.. elements for one rank where rccl's"):
+    with pytest.raises(ProgramError, match="at least 282 elements for one rank where rccl's"):
         to_msccl_xml(wide, small, proto="LL")
 
 

@@ -10,7 +10,7 @@ from commflow import topology
 from commflow.collectives import Collective
 from commflow.errors import ProgramError
 from commflow.ir import to_msccl_xml
-from commflow.synth import synthesize_for
+from commflow.synth import remembered, synthesize_for
 
 from .msccl_conformance import selected, violations
 from .test_msccl import registered
@@ -47,19 +47,20 @@ def test_every_registered_algorithm_exports_within_the_rules(runtime, nranks):
 
 @pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
 def test_synthesized_dgx1_programs_export_within_the_rules(collective):
-    for runtime in RUNTIMES:  # the pieces synthesize_for picks on DGX-1
-        program, text = synthesize_for(collective, topology.dgx1(), runtime,
-                                       pieces=(16, 8, 2, 1), rings=False)
-        assert violations(text, runtime) == []
-        params = dict(program.params)
-        if runtime == "msccl":  # 4,096 elements per file: few pieces, one stream per edge
-            assert "split" not in params and "levels" not in params and params["pieces"] <= 2
-            assert 'type="re"' not in text  # no local reduces: they come with levels
-        elif collective == "allgather":  # elements per rank: 128 pieces merged 4 at a time
-            assert params["split"] == 60 and params["pieces"] == 128
-            assert params["merge"] == "3:4" and 'cnt="4"' in text  # 171.1 GB/s
-        else:  # reductions: 16 pieces in one stream per edge, cut into threadblocks
-            assert params["split"] == 60 and params["pieces"] == 16
+    with remembered():  # the runtimes' searches share their candidates
+        for runtime in RUNTIMES:  # the pieces synthesize_for picks on DGX-1
+            program, text = synthesize_for(collective, topology.dgx1(), runtime,
+                                           pieces=(16, 8, 2, 1), rings=False)
+            assert violations(text, runtime) == []
+            params = dict(program.params)
+            if runtime == "msccl":  # 4,096 elements per file: few pieces, one stream per edge
+                assert "split" not in params and "levels" not in params and params["pieces"] <= 2
+                assert 'type="re"' not in text  # no local reduces: they come with levels
+            elif collective == "allgather":  # elements per rank: 128 pieces merged 4 at a time
+                assert params["split"] == 60 and params["pieces"] == 128
+                assert params["merge"] == "3:4" and 'cnt="4"' in text  # 171.1 GB/s
+            else:  # reductions: 16 pieces in one stream per edge, cut into threadblocks
+                assert params["split"] == 60 and params["pieces"] == 16
 
 
 def test_a_ring_is_selected_at_every_power_of_two_size_in_its_range():

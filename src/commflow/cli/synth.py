@@ -25,7 +25,7 @@ from commflow.cli._output import (
 )
 from commflow.collectives import parse_collective
 from commflow.errors import CommflowError
-from commflow.ir import save_program, to_msccl_xml, verify
+from commflow.ir import Program, save_program, to_msccl_xml, verify
 from commflow.sim import lower_bound, simulate
 from commflow.topology import load
 from commflow.units import format_size, parse_size, size_range
@@ -249,6 +249,7 @@ def _by_size(collective: str, topology, sizes: list[int], pieces: int | None, ro
     ranges = program_set(collective, topology, sizes, pieces=pieces or DEFAULT_PIECES,
                          root=root if parse_collective(collective).rooted else None)
     records = []
+    fitted: list[Program] = []  # what the target loads, searched for once
     for r in ranges:
         stem = f"{r.program.collective.value}-{r.min_bytes}-{r.max_bytes}"
         record = {"min_bytes": r.min_bytes, "max_bytes": r.max_bytes, "method": r.method,
@@ -268,7 +269,9 @@ def _by_size(collective: str, topology, sizes: list[int], pieces: int | None, ro
                 except CommflowError:
                     if r.method != "bandwidth":
                         raise
-                    program, _ = synthesize_for(collective, topology, target, root=root)
+                    fitted = fitted or [synthesize_for(collective, topology, target,
+                                                       root=root)[0]]
+                    program = fitted[0]
                     text = to_msccl_xml(program, target, min_bytes=r.min_bytes,
                                         max_bytes=r.max_bytes)
                     record["xml_pieces"] = dict(program.params).get("pieces")

@@ -28,6 +28,7 @@ import numpy as np
 
 from commflow.collectives import Collective
 from commflow.errors import ProgramError, VerificationError
+from commflow.ir.msccl_fit import check_elements
 from commflow.ir.msccl_threadblocks import ThreadblockWriter
 from commflow.ir.program import Program
 from commflow.ir.step import ParticipantKind
@@ -84,6 +85,7 @@ def to_msccl_xml(
         raise ProgramError(
             f"{program.name}: size range [{min_bytes}, {max_bytes}] bytes must satisfy "
             "0 <= min_bytes <= max_bytes < 2**62 (MSCCL sizes scratch from maxBytes)")
+    check_elements(program, where)
     writer = ThreadblockWriter(program, where, fuse=True)
     gpus = writer.gpus()  # the target's limits first: they cost less than verifying
     verify(program, target=where, max_bytes=max_bytes)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commflow.errors import ProgramError
 from commflow.ir.program import Program
 from commflow.ir.step import Op
 from commflow.ir.target import Target
@@ -68,3 +69,20 @@ def fused_pieces(program: Program, target: Target, pieces: int) -> int | None:
     least = least_elements(program)
     used = least.max() if target.nodes_per_rank else least.sum()
     return int(budget * pieces // max(int(used), 1))
+
+
+def check_elements(program: Program, target: Target) -> None:
+    """Raise ``ProgramError`` when even the fewest elements any export of ``program`` holds
+    (:func:`least_elements`, with the ``<algo>`` and ``<gpu>`` elements) exceed what
+    ``target``'s parser keeps: refused before a threadblock is laid out."""
+    budget = element_budget(program, target)
+    if budget is None:
+        return
+    least = least_elements(program)
+    used = int(least.max() if target.nodes_per_rank else least.sum())
+    if used > budget:
+        scope = "for one rank" if target.nodes_per_rank else "per file"
+        raise ProgramError(
+            f"{program.name}: the XML would hold at least {used + 1 + len(program.participants)}"
+            f" elements {scope} where {target.name}'s parser keeps {target.max_nodes}; lower "
+            "the pipelining (fewer --chunks, --channels or synthesis --pieces)")

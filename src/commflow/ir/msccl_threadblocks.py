@@ -46,6 +46,8 @@ _TYPE = {Op.SEND: "s", Op.RECV: "r", Op.RECV_REDUCE: "rrc", Op.COPY: "cpy", Op.R
 _FUSED = {Op.RECV: "rcs", Op.RECV_REDUCE: "rrcs"}
 """A receive followed by the send of what it wrote: receive-copy-send, receive-reduce-copy-send."""
 _BUF = {Buffer.INPUT: "i", Buffer.OUTPUT: "o", Buffer.SCRATCH: "s"}
+_ADVICE = ("lower the pipelining (fewer --chunks, --channels or synthesis --pieces) or split "
+           "the program")
 
 
 @dataclass
@@ -76,6 +78,8 @@ class ThreadblockWriter:
         self.src_buf, self.src_off = t.src_buf.tolist(), t.src_off.tolist()
         self.dst_buf, self.dst_off = t.dst_buf.tolist(), t.dst_off.tolist()
         self.count, self.position = t.count.tolist(), t.position.tolist()
+        self.talks = (t.op <= Op.RECV_REDUCE).tolist()
+        """Per step: whether it has a peer (sends and receives; local steps do not)."""
         self.dep_ptr, self.dep_idx = t.dep_ptr.tolist(), t.dep_idx.tolist()
         self.sender = match_transfers(program).tolist()
         self.receiver = [-1] * len(t)
@@ -157,21 +161,22 @@ class ThreadblockWriter:
     def _threadblocks(self, groups: list[range]) -> list[_Threadblock]:
         """Assign each step of one rank to a threadblock, then number them MSCCL's way."""
         by_key: dict[tuple[int, int, int], _Threadblock] = {}
+        op, peer, talks, slot = self.op, self.peer, self.talks, self.slot
         for steps in groups:
             owner = self._pair_peers(steps)
             chan = self.chan[steps[0]]
-            first = next((i for i in steps if Op(self.op[i]).communicates), None)
-            key = (
-                (-1, -1) if first is None else owner[(self.op[first] == Op.SEND, self.peer[first])]
-            )
+            first = next((i for i in steps if talks[i]), None)
+            key = (-1, -1) if first is None else owner[(op[first] == Op.SEND, peer[first])]
+            tb = by_key.setdefault((*key, chan), _Threadblock(chan, *key))
             for i in steps:
-                op = Op(self.op[i])
-                if op.communicates:
-                    key = owner[(op is Op.SEND, self.peer[i])]
-                tb = by_key.setdefault((*key, chan), _Threadblock(chan, *key))
-                self.slot[i] = len(tb.steps)
+                if talks[i]:
+                    key = owner[(op[i] == Op.SEND, peer[i])]
+                    tb = by_key.setdefault((*key, chan), _Threadblock(chan, *key)) \
+                        if (tb.send, tb.recv) != key else tb
+                slot[i] = len(tb.steps)
                 tb.steps.append(i)
         tbs = [by_key[k] for k in sorted(by_key)]
+        self._check_count(tbs)
         for n, tb in enumerate(tbs):
             for i in tb.steps:
                 self.tb_of[i] = n
@@ -186,9 +191,8 @@ class ThreadblockWriter:
         most often (greedy maximum-weight matching), which keeps a ring's channel in one
         threadblock; every other peer gets a threadblock of its own.
         """
-        roles = [
-            (Op(self.op[i]) is Op.SEND, self.peer[i]) for i in steps if Op(self.op[i]).communicates
-        ]
+        op, peer, talks = self.op, self.peer, self.talks
+        roles = [(op[i] == Op.SEND, peer[i]) for i in steps if talks[i]]
         weight: dict[tuple[int, int], int] = {}
         for a, b in zip(roles, roles[1:], strict=False):
             if a[0] != b[0]:
@@ -285,17 +289,22 @@ class ThreadblockWriter:
                 )
             lines.append("    </tb>")
 
-    def _check_limits(self, tbs: list[_Threadblock]) -> None:
-        """Raise ``ProgramError`` when one rank's threadblocks exceed the target's limits."""
-        target, name = self.target, self.program.name
-        rank = self.part[tbs[0].steps[0]] if tbs and tbs[0].steps else 0
-        advice = ("lower the pipelining (fewer --chunks, --channels or synthesis --pieces) "
-                  "or split the program")
+    def _check_count(self, tbs: list[_Threadblock]) -> None:
+        """Raise ``ProgramError`` when one rank has more threadblocks than the target runs
+        (checked as soon as a rank's are known: the cheapest refusal)."""
+        target = self.target
         cap = min(x for x in (target.max_threadblocks, target.max_children) if x is not None)
         if len(tbs) > cap:
             raise ProgramError(
-                f"{name}: rank {rank} needs {len(tbs)} threadblocks where {target.name} "
-                f"allows {cap}; {advice}")
+                f"{self.program.name}: rank {self.part[tbs[0].steps[0]]} needs {len(tbs)} "
+                f"threadblocks where {target.name} allows {cap}; {_ADVICE}")
+
+    def _check_limits(self, tbs: list[_Threadblock]) -> None:
+        """Raise ``ProgramError`` when one rank's threadblocks exceed the target's limits
+        other than their number (:meth:`_check_count`)."""
+        target, name = self.target, self.program.name
+        rank = self.part[tbs[0].steps[0]] if tbs and tbs[0].steps else 0
+        advice = _ADVICE
         far = max((max(self.src_off[i], self.dst_off[i]) for tb in tbs for i in tb.steps),
                   default=0)
         if target.max_offset is not None and far > target.max_offset:

@@ -9,11 +9,13 @@
   (Blink), rounded to whole shares: the fallback.
 - :mod:`~commflow.synth.lower`: packings to programs, every share on channels of its own;
   :mod:`~commflow.synth.streams`: one stream per edge (edges with links of their own),
-  replaying the list schedule of :mod:`~commflow.synth.stream_schedule`.
+  replaying the list schedule of :mod:`~commflow.synth.stream_schedule`, its messages
+  merged by :mod:`~commflow.synth.merge`.
 - :mod:`~commflow.synth.alltoall_lp`: alltoall by a multi-commodity flow LP.
 - :mod:`~commflow.synth.steps`: SCCL (steps, rounds, chunks) MILP and :func:`pareto`.
 - :mod:`~commflow.synth.show`: a program's link loads drawn on its topology.
 - :mod:`~commflow.synth.for_target`: the fastest program a runtime (MSCCL, RCCL) loads.
+- :func:`remembered`: a block within which :func:`synthesize` makes each program once.
 """
 
 from commflow.synth.alltoall_lp import AlltoallFlow, Route, alltoall_flow, alltoall_program
@@ -39,6 +41,7 @@ from commflow.synth.for_target import (
 from commflow.synth.forest import Forest, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import lower
+from commflow.synth.remember import remembered
 from commflow.synth.rounding import apportion
 from commflow.synth.show import SchedulePicture, draw_schedule, schedule_picture
 from commflow.synth.steps import StepSchedule, pareto, schedule_program, solve_instance
@@ -90,6 +93,7 @@ __all__ = [
     "lowered_shape",
     "lowering_loss",
     "pack_trees",
+    "remembered",
     "synthesize",
     "synthesize_for",
 ]

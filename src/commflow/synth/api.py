@@ -16,6 +16,7 @@ from commflow.synth.forest import Forest, at_bound, cut_bound, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import DOWN, depth, lower, steps_per_piece
 from commflow.synth.merge import Merge, merge_name
+from commflow.synth.remember import recall
 from commflow.synth.steps import pareto, schedule_program
 from commflow.synth.streams import lower_streams
 from commflow.synth.trees import WeightedTree, balanced_shares, integral_shares, pack_trees
@@ -106,9 +107,20 @@ def synthesize(
     share within :data:`MAX_STEPS`, at most 24): fewer trees, fewer steps per piece (MSCCL's
     caps; DGX A100 x2 has an exact packing with one tree per root). Raises
     ``AlgorithmError`` for an unknown objective, a collective no method covers or ``trees``
-    < 1, and ``TopologyError`` when the ranks are not connected.
+    < 1, and ``TopologyError`` when the ranks are not connected. Within
+    :func:`~commflow.synth.remember.remembered`, the same call returns the same program.
     """
     kind = parse_collective(collective)
+    key = (kind, objective, root, pieces, time_limit, levels, trees, merge, topology.name,
+           topology.nodes, topology.links)
+    return recall(key, lambda: _synthesize(kind, topology, objective, root, pieces, time_limit,
+                                           levels, trees, merge))
+
+
+def _synthesize(kind: Collective, topology: Topology, objective: str, root: int,
+                pieces: int | None, time_limit: float | None, levels: int, trees: int | None,
+                merge: Merge | None) -> Program:
+    """:func:`synthesize`, made afresh."""
     if objective not in OBJECTIVES:
         raise AlgorithmError(
             f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)} (the fastest "

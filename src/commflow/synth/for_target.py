@@ -41,6 +41,7 @@ from commflow.sim import simulate
 from commflow.synth.api import synthesize
 from commflow.synth.cross_box import cross_box_first
 from commflow.synth.merge import Merge
+from commflow.synth.remember import remembered
 from commflow.synth.rings import COLLECTIVES as RING_COLLECTIVES
 from commflow.synth.rings import ring_orders, ring_program
 from commflow.topology.graph import Topology
@@ -111,6 +112,7 @@ REFERENCE_SIZE = 1 << 30
 """Bytes at which candidates are compared by default (large messages)."""
 
 
+@remembered()
 def synthesize_for(
     collective: Collective | str,
     topology: Topology,

@@ -56,3 +56,7 @@ class AlgorithmError(CommflowError):
 
 class SimulationError(CommflowError):
     """A program cannot be simulated on a topology (ranks missing, no route)."""
+
+
+class DeadlockError(SimulationError):
+    """Steps of a simulated program never start: its sends and receives wait on each other."""

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from commflow.algorithms import build
 from commflow.errors import ProgramError
 from commflow.ir import relabel, verify
-from commflow.ir.transform import stack
+from commflow.ir.transform import repeat, repeated, stack
 
 CASES = [("allreduce", "ring"), ("allgather", "ring"), ("reducescatter", "ring"),
          ("broadcast", "ring"), ("alltoall", "pairwise"), ("gather", "direct"),
@@ -89,3 +89,15 @@ def test_stack_refuses_mismatched_programs():
     halves = build("scatter", "binomial_tree", 4)  # sends half the blocks at once
     with pytest.raises(ProgramError, match="moves chunks of several blocks"):
         stack([halves, halves])
+
+
+@pytest.mark.parametrize("loops", [1, 2, 5])
+def test_repeated_finds_every_loops_copy_of_a_step(loops):
+    program = build("allreduce", "ring", 4, chunks=2)
+    t, looped = program.table, repeat(program, loops).table
+    for step in (0, 3, len(t) - 1):
+        copies = repeated(program, loops, [step])
+        for column in ("part", "chan", "op", "peer", "count"):
+            assert (getattr(looped, column)[copies] == getattr(t, column)[step]).all()
+        length = len(program.step_range(int(t.part[step]), int(t.chan[step])))
+        assert (looped.position[copies] == t.position[step] + length * np.arange(loops)).all()

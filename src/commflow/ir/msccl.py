@@ -60,27 +60,7 @@ def to_msccl_xml(
     when the program is wrong or would deadlock there.
     """
     where = get_target(target, protocol=proto)
-    if not where.collective_names:
-        raise ProgramError(
-            f"{program.name}: target {where.name!r} reads no XML; use one of msccl, "
-            "msccl-executor, rccl")
-    if any(p.kind is not ParticipantKind.RANK for p in program.participants):
-        raise ProgramError(
-            f"{program.name}: MSCCL has no in-network participants; export a "
-            "program whose participants are all ranks"
-        )
-    coll = where.collective_names.get(program.collective)
-    if coll is None:
-        known = ", ".join(c.value for c in where.collective_names)
-        raise ProgramError(
-            f"{program.name}: the {where.name} runtime has no {program.collective.value} "
-            f"collective (it runs {known}); export for another target"
-        )
-    if program.root not in (None, 0):
-        raise ProgramError(
-            f"{program.name}: MSCCL XML carries no root, and the runtimes pick an algorithm "
-            f"whatever the call's root; a program for root {program.root} would run for "
-            "every root. Build the program for root 0 and call it with root 0")
+    coll = _runs_there(program, where)
     if not 0 <= min_bytes <= max_bytes or max_bytes >= 1 << 62:
         raise ProgramError(
             f"{program.name}: size range [{min_bytes}, {max_bytes}] bytes must satisfy "
@@ -106,6 +86,48 @@ def to_msccl_xml(
         "</algo>\n",
     ]
     return "\n".join(lines)
+
+
+def _runs_there(program: Program, where: Target) -> str:
+    """The ``coll`` name ``where``'s runtime runs ``program`` under; ``ProgramError`` for a
+    target that reads no XML, switch participants, a collective it lacks or another root."""
+    if not where.collective_names:
+        raise ProgramError(
+            f"{program.name}: target {where.name!r} reads no XML; use one of msccl, "
+            "msccl-executor, rccl")
+    if any(p.kind is not ParticipantKind.RANK for p in program.participants):
+        raise ProgramError(
+            f"{program.name}: MSCCL has no in-network participants; export a "
+            "program whose participants are all ranks"
+        )
+    coll = where.collective_names.get(program.collective)
+    if coll is None:
+        known = ", ".join(c.value for c in where.collective_names)
+        raise ProgramError(
+            f"{program.name}: the {where.name} runtime has no {program.collective.value} "
+            f"collective (it runs {known}); export for another target"
+        )
+    if program.root not in (None, 0):
+        raise ProgramError(
+            f"{program.name}: MSCCL XML carries no root, and the runtimes pick an algorithm "
+            f"whatever the call's root; a program for root {program.root} would run for "
+            "every root. Build the program for root 0 and call it with root 0")
+    return coll
+
+
+def fused_sends(program: Program, target: Target | str) -> np.ndarray:
+    """Global indices of the sends :func:`to_msccl_xml` lays out fused with the receive
+    before them (``rcs``/``rrcs``) when ``program`` fits ``target`` (it still writes them
+    apart where the fused steps would deadlock); none when it does not export there."""
+    where = get_target(target)
+    try:
+        _runs_there(program, where)
+        check_elements(program, where)
+        writer = ThreadblockWriter(program, where, fuse=True)
+        writer.gpus()
+    except ProgramError:
+        return np.zeros(0, dtype=np.int64)
+    return np.array(writer.fused_sends, dtype=np.int64)
 
 
 def chunks_per_loop(program: Program) -> int:

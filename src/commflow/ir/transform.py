@@ -136,6 +136,17 @@ def repeat(program: Program, loops: int) -> Program:
     )
 
 
+def repeated(program: Program, loops: int, steps: np.ndarray) -> np.ndarray:
+    """The global indices in ``repeat(program, loops)`` of ``steps`` (global indices in
+    ``program``), every loop's copy: ``loops`` times as many, sorted."""
+    t = program.table
+    steps = np.asarray(steps, dtype=np.int64)
+    group = np.searchsorted(t.channel_starts, steps, side="right") - 1
+    start, size = t.channel_starts[group], np.diff(t.channel_starts)[group]
+    copies = start * loops + (steps - start) + np.arange(loops)[:, None] * size
+    return np.sort(copies.ravel())
+
+
 def stack(programs: Sequence[Program], *, name: str | None = None) -> Program:
     """One program running ``programs`` side by side, each on its own share of the data: the
     ``j``-th of ``k`` programs works on chunks ``j * cf .. (j+1) * cf - 1`` of every block of

@@ -28,13 +28,16 @@ import math
 import numbers
 from collections.abc import Sequence
 
-from commflow.errors import SimulationError
+import numpy as np
+
+from commflow.errors import DeadlockError, SimulationError
 from commflow.ir import Program
+from commflow.ir.msccl import fused_sends
 from commflow.ir.target import Target, bounded, get_target
-from commflow.ir.transform import repeat
+from commflow.ir.transform import repeat, repeated
 from commflow.sim.alphabeta import run_alphabeta
 from commflow.sim.bounds import Bound, lower_bound
-from commflow.sim.dag import StepCosts, StepGraph
+from commflow.sim.dag import StepCosts, StepGraph, Sweep
 from commflow.sim.flow import run_flow
 from commflow.sim.paths import Connections, place
 from commflow.sim.result import CriticalStep, SimResult, make_result
@@ -73,7 +76,11 @@ def simulate(
     (bytes/s) price local reductions and copies; ``None`` makes them free. ``target`` (see
     :mod:`commflow.ir.target`; default ``live``, unbounded buffering) bounds each
     connection's buffer as that runtime does (a send waits for room), and runs chunks larger
-    than the runtime's in several loops (:func:`~commflow.ir.transform.repeat`). Raises
+    than the runtime's in several loops (:func:`~commflow.ir.transform.repeat`); a send
+    that the export to an XML target writes fused with the receive before it (``rcs``,
+    :func:`~commflow.ir.msccl.fused_sends`) holds that receive until it has room, as the
+    kernel's fused step does (apart where that deadlocks: the export then writes them
+    apart). Raises
     ``SimulationError`` for an unknown model, a bad size, bandwidth or placement, a missing
     route or a deadlock (also one that only the target's bounded buffers cause), and
     ``VerificationError`` when sends and receives do not pair up.
@@ -85,17 +92,31 @@ def simulate(
     _check_bandwidth("reduce_bandwidth", reduce_bandwidth)
     _check_bandwidth("copy_bandwidth", copy_bandwidth)
     where = get_target(target)
+    fused = fused_sends(program, where) if where.bounded else None
     if where.chunk_bytes is not None and size > 0:
-        program = repeat(program, max(1, math.ceil(program.chunk_bytes(size) / where.chunk_bytes)))
-    program = bounded(program, where, chunk_bytes=program.chunk_bytes(size) if size > 0 else None)
-    conns = Connections(program, topology, place(program, topology, placement))
-    graph = StepGraph(program, conns.contended_sends())
+        loops = max(1, math.ceil(program.chunk_bytes(size) / where.chunk_bytes))
+        fused = None if fused is None else repeated(program, loops, fused)
+        program = repeat(program, loops)
     chunk_bytes = program.chunk_bytes(size)
-    costs = StepCosts(graph, conns, chunk_bytes, reduce_bandwidth, copy_bandwidth)
-    sweep = _RUNNERS[model](graph, conns, costs)
+    nodes = place(program, topology, placement)
+
+    def swept(fused: np.ndarray | None) -> tuple[Program, Connections, Sweep]:
+        """The program with its bounded-buffer waits, its connections and its sweep."""
+        timed = bounded(program, where, chunk_bytes=chunk_bytes or None, fused=fused)
+        conns = Connections(timed, topology, nodes)
+        graph = StepGraph(timed, conns.contended_sends())
+        costs = StepCosts(graph, conns, chunk_bytes, reduce_bandwidth, copy_bandwidth)
+        return timed, conns, _RUNNERS[model](graph, conns, costs)
+
+    try:
+        timed, conns, sweep = swept(fused)
+    except DeadlockError:
+        if fused is None or not len(fused):
+            raise
+        timed, conns, sweep = swept(None)  # the export writes these steps apart
     return make_result(
         model,
-        program,
+        timed,
         float(size),
         sweep.finish,
         sweep.critical_path(),

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from commflow.errors import SimulationError
+from commflow.errors import DeadlockError
 from commflow.ir import Op, Program, match_transfers
 from commflow.sim.kernels import run_sweep, step_codes
 from commflow.sim.paths import Connections
@@ -167,12 +167,12 @@ class Sweep:
         self.done = np.concatenate((self.done, steps))
 
     def check_done(self) -> None:
-        """Raise ``SimulationError`` when steps never became ready (a deadlock)."""
+        """Raise ``DeadlockError`` when steps never became ready."""
         stuck = self.graph.nsteps - self.completed
         if stuck:
             first = int(np.flatnonzero(self.indegree > 0)[0])
             part, chan, pos = self.graph.program.where(first)
-            raise SimulationError(
+            raise DeadlockError(
                 f"{self.graph.program.name}: {stuck} step(s) never start (deadlock), the first "
                 f"at participant {part}, channel {chan}, step {pos}; run commflow.ir.verify on "
                 "the program (with the same target) to locate the cycle"

@@ -188,7 +188,7 @@ class _Pricer:
         return root, parent, self.seconds[_tree_edges(self.ids, parent)].sum(axis=0)
 
 
-def _loads(edges: LogicalEdges, trees: Sequence[WeightedTree]) -> np.ndarray:
+def tree_loads(edges: LogicalEdges, trees: Sequence[WeightedTree]) -> np.ndarray:
     """Link x tree matrix: seconds per byte each tree puts on each link."""
     seconds = edges.seconds.toarray()
     ids = _edge_ids(edges)
@@ -201,7 +201,7 @@ def tree_seconds(edges: LogicalEdges, trees: Sequence[WeightedTree]) -> np.ndarr
     ids = _edge_ids(edges)
     if any((_tree_edges(ids, t.parent) < 0).any() for t in trees):
         return None
-    return _loads(edges, trees) @ np.array([t.weight for t in trees])
+    return tree_loads(edges, trees) @ np.array([t.weight for t in trees])
 
 
 def integral_shares(
@@ -224,7 +224,7 @@ def integral_shares(
     and ``time_limit`` seconds). Else the fastest rounding. Weights are ``count / units``.
     """
     candidates = packing.candidates
-    loads = _loads(edges, candidates)
+    loads = tree_loads(edges, candidates)
     loads = loads[loads.any(axis=1)] / packing.seconds_per_byte
     roots = sorted({t.root for t in candidates})
     group = np.searchsorted(roots, [t.root for t in candidates])
@@ -247,7 +247,7 @@ def balanced_shares(
     group = np.searchsorted(roots, [t.root for t in trees])
     weights = np.array([t.weight for t in trees])
     weights /= np.bincount(group, weights)[group]
-    loads = _loads(edges, trees)
+    loads = tree_loads(edges, trees)
     remainders = np.zeros(len(trees))
     for g in range(len(roots)):
         members = np.flatnonzero(group == g)

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from commflow.errors import ProgramError
 from commflow.ir.matching import match_transfers
 from commflow.ir.program import Program
@@ -78,7 +80,7 @@ class ThreadblockWriter:
         self.src_buf, self.src_off = t.src_buf.tolist(), t.src_off.tolist()
         self.dst_buf, self.dst_off = t.dst_buf.tolist(), t.dst_off.tolist()
         self.count, self.position = t.count.tolist(), t.position.tolist()
-        self.talks = (t.op <= Op.RECV_REDUCE).tolist()
+        self.talks = np.isin(t.op, (Op.SEND, Op.RECV, Op.RECV_REDUCE)).tolist()
         """Per step: whether it has a peer (sends and receives; local steps do not)."""
         self.dep_ptr, self.dep_idx = t.dep_ptr.tolist(), t.dep_idx.tolist()
         self.sender = match_transfers(program).tolist()
@@ -171,8 +173,8 @@ class ThreadblockWriter:
             for i in steps:
                 if talks[i]:
                     key = owner[(op[i] == Op.SEND, peer[i])]
-                    tb = by_key.setdefault((*key, chan), _Threadblock(chan, *key)) \
-                        if (tb.send, tb.recv) != key else tb
+                    if (tb.send, tb.recv) != key:
+                        tb = by_key.setdefault((*key, chan), _Threadblock(chan, *key))
                 slot[i] = len(tb.steps)
                 tb.steps.append(i)
         tbs = [by_key[k] for k in sorted(by_key)]
@@ -304,13 +306,12 @@ class ThreadblockWriter:
         other than their number (:meth:`_check_count`)."""
         target, name = self.target, self.program.name
         rank = self.part[tbs[0].steps[0]] if tbs and tbs[0].steps else 0
-        advice = _ADVICE
         far = max((max(self.src_off[i], self.dst_off[i]) for tb in tbs for i in tb.steps),
                   default=0)
         if target.max_offset is not None and far > target.max_offset:
             raise ProgramError(
                 f"{name}: rank {rank} addresses chunk {far} where {target.name} stores "
-                f"offsets in 16 bits (at most {target.max_offset}); {advice}")
+                f"offsets in 16 bits (at most {target.max_offset}); {_ADVICE}")
         cap = min(x for x in (target.max_steps_per_threadblock, target.max_children)
                   if x is not None)
         for n, tb in enumerate(tbs):
@@ -318,13 +319,13 @@ class ThreadblockWriter:
             if steps > cap:
                 raise ProgramError(
                     f"{name}: rank {rank}, threadblock {n} has {steps} steps where "
-                    f"{target.name} allows {cap} per threadblock; {advice}")
+                    f"{target.name} allows {cap} per threadblock; {_ADVICE}")
             deepest = max((o for waits in tb.waits for o, _ in waits), default=-1)
             if target.max_depid is not None and deepest > target.max_depid:
                 raise ProgramError(
                     f"{name}: rank {rank}, threadblock {n} depends on threadblock {deepest}, "
                     f"beyond {target.name}'s 8-bit depid (at most {target.max_depid}); "
-                    f"{advice}")
+                    f"{_ADVICE}")
             big = max((self.count[i] for i in tb.steps), default=0)
             if target.max_count is not None and big > target.max_count:
                 raise ProgramError(

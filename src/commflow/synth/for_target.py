@@ -147,7 +147,9 @@ def synthesize_for(
     below the default synthesis at ``size`` (flow model, one pass), with the numbers: its
     speed, the elements its XML holds against the parser's limit, and about how many pieces
     would fit with every receive fused with its forward
-    (:func:`~commflow.ir.msccl_fit.fused_pieces`).
+    (:func:`~commflow.ir.msccl_fit.fused_pieces`). Runs within
+    :func:`~commflow.synth.remember.remembered`: the families share their syntheses, and so do
+    the calls of an enclosing block (targets, size ranges).
     """
     where = get_target(target)
     reason = "no pieces tried"

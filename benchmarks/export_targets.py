@@ -30,7 +30,7 @@ from commflow.ir.msccl_fit import fused_pieces
 from commflow.ir.target import get_target
 from commflow.sim import simulate
 from commflow.synth import remembered, synthesize, synthesize_for
-from commflow.topology import load
+from commflow.topology import Topology, load
 
 SIZE = 1 << 30
 COLLECTIVES = ("allgather", "reducescatter", "allreduce")
@@ -52,7 +52,7 @@ def main(presets: list[str]) -> None:
                 rows(name, topo, collective, default)
 
 
-def rows(name: str, topo, collective: str, default: float) -> None:
+def rows(name: str, topo: Topology, collective: str, default: float) -> None:
     """Print the row of each target for one preset and collective."""
     for target in TARGETS:
         start = time.perf_counter()

@@ -12,7 +12,7 @@ from commflow.collectives import Collective
 from commflow.errors import DeadlockError
 from commflow.ir.build import ProgramBuilder
 from commflow.ir.msccl import fused_sends, to_msccl_xml
-from commflow.ir.step import Buffer, Ref
+from commflow.ir.step import Buffer, Op, Ref
 from commflow.ir.target import bounded, get_target
 from commflow.sim import MODELS, simulate
 from commflow.topology import ring
@@ -44,7 +44,7 @@ def test_the_fused_sends_are_the_exports_rcs_steps():
         fused = fused_sends(program, "msccl")
         assert len(fused) == xml.count('type="rcs"') + xml.count('type="rrcs"') > 0
         t = program.table
-        assert (t.op[fused] == 0).all() and (t.chan[fused - 1] == t.chan[fused]).all()
+        assert (t.op[fused] == Op.SEND).all() and (t.chan[fused - 1] == t.chan[fused]).all()
     assert len(fused_sends(build("allreduce", "ring", 8), "live")) == 0
     wide = build("allgather", "ring", 16, chunks=2, channels=8)
     assert len(fused_sends(wide, "msccl")) == 0  # beyond the file's elements: not exported
@@ -57,7 +57,7 @@ def test_a_fused_receive_completes_once_its_send_has_room(model):
     program = slow_sink()
     result = simulate(program, ring(3, bandwidth=LINK, latency=0.0), 4 * CHUNK, model=model,
                       target="msccl", copy_bandwidth=COPY)
-    receives = np.flatnonzero((program.table.part == 1) & (program.table.op == 1))
+    receives = np.flatnonzero((program.table.part == 1) & (program.table.op == Op.RECV))
     hop, copy = CHUNK / LINK, CHUNK / COPY
     assert result.finish[receives] == pytest.approx([hop, 2 * hop, 3 * hop, 2 * hop + copy])
     live = simulate(program, ring(3, bandwidth=LINK, latency=0.0), 4 * CHUNK, model=model,

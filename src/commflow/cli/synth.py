@@ -249,7 +249,7 @@ def _by_size(collective: str, topology, sizes: list[int], pieces: int | None, ro
     ranges = program_set(collective, topology, sizes, pieces=pieces or DEFAULT_PIECES,
                          root=root if parse_collective(collective).rooted else None)
     records = []
-    fitted: list[Program] = []  # what the target loads, searched for once
+    fitted: Program | None = None  # what the target loads, searched for once
     for r in ranges:
         stem = f"{r.program.collective.value}-{r.min_bytes}-{r.max_bytes}"
         record = {"min_bytes": r.min_bytes, "max_bytes": r.max_bytes, "method": r.method,
@@ -269,9 +269,9 @@ def _by_size(collective: str, topology, sizes: list[int], pieces: int | None, ro
                 except CommflowError:
                     if r.method != "bandwidth":
                         raise
-                    fitted = fitted or [synthesize_for(collective, topology, target,
-                                                       root=root)[0]]
-                    program = fitted[0]
+                    if fitted is None:
+                        fitted, _ = synthesize_for(collective, topology, target, root=root)
+                    program = fitted
                     text = to_msccl_xml(program, target, min_bytes=r.min_bytes,
                                         max_bytes=r.max_bytes)
                     record["xml_pieces"] = dict(program.params).get("pieces")

@@ -96,8 +96,9 @@ class ThreadblockWriter:
         self.slot = [0] * len(t)
         self.nchannels = 1
 
-    def gpus(self) -> list[str]:
-        """The ``<gpu>`` elements, one line per element; sets :attr:`nchannels`."""
+    def gpus(self, *, text: bool = True) -> list[str]:
+        """The ``<gpu>`` elements, one line per element (none without ``text``: the layout,
+        :attr:`fused_sends` and the limits only); sets :attr:`nchannels`."""
         starts = self.program.table.channel_starts.tolist()
         first_group = 0
         ranks = []
@@ -110,12 +111,14 @@ class ThreadblockWriter:
         self._number_channels(ranks)
         lines: list[str] = []
         for rank, (part, tbs) in enumerate(zip(self.program.participants, ranks, strict=True)):
-            lines.append(
-                f'  <gpu id="{rank}" i_chunks="{part.input_chunks}" '
-                f'o_chunks="{part.output_chunks}" s_chunks="{part.scratch_chunks}">'
-            )
-            self._emit(lines, tbs)
-            lines.append("  </gpu>")
+            waited = self._lay_out(tbs)
+            if text:
+                lines.append(
+                    f'  <gpu id="{rank}" i_chunks="{part.input_chunks}" '
+                    f'o_chunks="{part.output_chunks}" s_chunks="{part.scratch_chunks}">'
+                )
+                self._emit(lines, tbs, waited)
+                lines.append("  </gpu>")
         target = self.target
         if target.max_children is not None and len(self.program.participants) > \
                 target.max_children:
@@ -244,10 +247,9 @@ class ThreadblockWriter:
                 if tb.fused[slot]:
                     self.fused_sends.append(i)
 
-    def _emit(self, lines: list[str], tbs: list[_Threadblock]) -> None:
+    def _lay_out(self, tbs: list[_Threadblock]) -> set[tuple[int, int]]:
         """Fuse receive-send pairs, number each step (after the ``nop`` steps that carry its
-        extra waits), check the target's limits, then write the ``<tb>`` elements of one
-        rank."""
+        extra waits) and check the target's limits, for one rank; the steps waited on."""
         waited = {wait for tb in tbs for waits in tb.waits for wait in waits}
         self._fuse(tbs, waited)
         for tb in tbs:
@@ -263,6 +265,11 @@ class ThreadblockWriter:
         rank_nodes = len(tbs) + sum(tb.index[-1] + 1 for tb in tbs if tb.index)
         self.nodes += rank_nodes
         self.rank_nodes = max(self.rank_nodes, rank_nodes)
+        return waited
+
+    def _emit(self, lines: list[str], tbs: list[_Threadblock],
+              waited: set[tuple[int, int]]) -> None:
+        """Write the ``<tb>`` elements of one rank laid out by :meth:`_lay_out`."""
         for n, tb in enumerate(tbs):
             lines.append(f'    <tb id="{n}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">')
             for slot, (i, waits) in enumerate(zip(tb.steps, tb.waits, strict=True)):

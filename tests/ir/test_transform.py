@@ -8,9 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commflow.algorithms import build
+from commflow.collectives import Collective
 from commflow.errors import ProgramError
 from commflow.ir import relabel, verify
-from commflow.ir.transform import repeat, repeated, stack
+from commflow.ir.build import ProgramBuilder
+from commflow.ir.msccl import fused_sends
+from commflow.ir.step import Buffer, Op, Ref
+from commflow.ir.transform import repeat, repeated, split_messages, stack
 
 CASES = [("allreduce", "ring"), ("allgather", "ring"), ("reducescatter", "ring"),
          ("broadcast", "ring"), ("alltoall", "pairwise"), ("gather", "direct"),
@@ -101,3 +105,42 @@ def test_repeated_finds_every_loops_copy_of_a_step(loops):
             assert (getattr(looped, column)[copies] == getattr(t, column)[step]).all()
         length = len(program.step_range(int(t.part[step]), int(t.chan[step])))
         assert (looped.position[copies] == t.position[step] + length * np.arange(loops)).all()
+
+
+def test_split_messages_cuts_steps_and_alternates_fused_parts():
+    """A 2D-torus allreduce on 8 ranks (steps of 1-2 chunks, fused forwards of 2) cut into
+    single chunks: a channel still moves the same chunks; a fused send's parts follow their
+    receive's one by one; the parts still verify."""
+    program, most = build("allreduce", "torus2d", 8), 1
+    t = program.table
+    fused = fused_sends(program, "msccl")
+    assert len(fused) and t.count[fused].max() > most
+    cut, parts_fused = split_messages(program, most, fused)
+    c = cut.table
+    assert len(c) == int((-(-t.count // most)).sum())
+    assert c.count.max() <= most
+    assert np.array_equal(np.bincount(c.part * 64 + c.chan, weights=c.count),
+                          np.bincount(t.part * 64 + t.chan, weights=t.count))
+    assert len(parts_fused) == int((-(-t.count[fused] // most)).sum())
+    assert (c.op[parts_fused] == Op.SEND).all()
+    assert np.isin(c.op[parts_fused - 1], (Op.RECV, Op.RECV_REDUCE)).all()
+    assert (c.dst_off[parts_fused - 1] == c.src_off[parts_fused]).all()
+    assert (c.count[parts_fused - 1] == c.count[parts_fused]).all()
+    verify(cut)  # raises VerificationError on a broken program
+    assert split_messages(program, 2, fused)[0] is program
+
+
+def test_split_messages_moves_dependencies_to_first_and_last_parts():
+    b = ProgramBuilder(Collective.BROADCAST, 2, chunk_factor=2, name="waits")
+    sent = b.send(0, 1, Ref(Buffer.INPUT, 0, 2))
+    b.copy(0, Ref(Buffer.INPUT, 0, 2), Ref(Buffer.OUTPUT, 0, 2), channel=1, deps=[sent])
+    b.recv(1, 0, Ref(Buffer.OUTPUT, 0, 2))
+    cut, fused = split_messages(b.build(), 1)
+    c = cut.table
+    assert fused is None
+    assert c.op.tolist() == [Op.SEND] * 2 + [Op.COPY] * 2 + [Op.RECV] * 2
+    assert c.src_off[:4].tolist() == [0, 1, 0, 1] and c.dst_off[2:].tolist() == [0, 1] * 2
+    assert np.diff(c.dep_ptr).tolist() == [0, 0, 1, 0, 0, 0] and c.dep_idx.tolist() == [1]
+    verify(cut)  # raises VerificationError on a broken program
+    with pytest.raises(ProgramError, match="most must be >= 1"):
+        split_messages(cut, 0)

@@ -33,7 +33,8 @@ def slow_sink(chunks: int = 4):
         b.send(1, 2, Ref(Buffer.OUTPUT, i))
         b.recv(2, 1, Ref(Buffer.OUTPUT, i))
         b.copy(2, Ref(Buffer.OUTPUT, i), Ref(Buffer.SCRATCH, i))
-    b.copy(0, Ref(Buffer.INPUT, 0, chunks), Ref(Buffer.OUTPUT, 0, chunks), channel=1)
+    for i in range(chunks):  # one chunk a step: the steps keep their indices when timed
+        b.copy(0, Ref(Buffer.INPUT, i), Ref(Buffer.OUTPUT, i), channel=1)
     return b.build()
 
 
@@ -93,3 +94,31 @@ def test_forwards_that_would_deadlock_fused_are_timed_apart():
     result = simulate(program, topology, 6 * CHUNK, model="flow", target=msccl)
     # B arrived long before: its receive ends as soon as its two sends before it are out
     assert result.finish[fused - 1] == pytest.approx(2 * CHUNK / LINK)
+
+
+def chain(chunks: int = 4):
+    """Broadcast along 0 -> 1 -> 2 in one step of ``chunks`` chunks per hop (``cnt``), rank
+    1's forward fused with its receive (``rcs``)."""
+    b = ProgramBuilder(Collective.BROADCAST, 3, chunk_factor=chunks, name="chain")
+    b.send(0, 1, Ref(Buffer.INPUT, 0, chunks))
+    b.recv(1, 0, Ref(Buffer.OUTPUT, 0, chunks))
+    b.send(1, 2, Ref(Buffer.OUTPUT, 0, chunks))
+    b.recv(2, 1, Ref(Buffer.OUTPUT, 0, chunks))
+    b.copy(0, Ref(Buffer.INPUT, 0, chunks), Ref(Buffer.OUTPUT, 0, chunks), channel=1)
+    return b.build()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_step_of_chunks_larger_than_a_message_is_forwarded_message_by_message(model):
+    """With 2 MiB chunks MSCCL sends a ``cnt=4`` step as 4 messages and the fused forward
+    passes each on once it has it: 4 + 1 transfers of a chunk; with 512 KiB chunks the 4
+    fill one message (``mscclMaxAllowedCount`` 4), received whole before it is forwarded: 2
+    transfers of 4 chunks; unbounded (``live``) the step is one message at any size."""
+    program = chain()
+    assert 'type="rcs"' in to_msccl_xml(program, "msccl")
+    topology = ring(3, bandwidth=LINK, latency=0.0)
+    for chunk, transfers in ((CHUNK, 5), (CHUNK / 4, 8)):
+        result = simulate(program, topology, 4 * chunk, model=model, target="msccl")
+        assert result.time == pytest.approx(transfers * chunk / LINK)
+        live = simulate(program, topology, 4 * chunk, model=model)
+        assert live.time == pytest.approx(8 * chunk / LINK)

@@ -6,7 +6,8 @@ are GPU runtimes that read MSCCL XML: a connection ``(src, dst, channel)`` holds
 buffer slots (``NCCL_STEPS`` = 8), and a message takes the slots its bytes fill, in whole
 slices: Simple sends 1 MiB slices of 2 steps, and a full chunk (``MSCCL_CHUNKSTEPS`` = 4
 steps, 2 MiB) takes 4, so two full chunks are in flight but four small messages; LL and LL128
-take one step per 32 KiB / 562.5 KB chunk. A step's ``cnt`` chunks go as one message. Limits
+take one step per 32 KiB / 562.5 KB chunk. A step's ``cnt`` chunks go as one message, or
+as several where the kernel cuts them (:meth:`Target.chunks_per_message`). Limits
 of the runtimes' XML parsers and kernels are fields too (docs/ir.md, "Targets").
 
 Bounded buffering is proven by the same machinery as everything else: :func:`bounded`
@@ -119,6 +120,18 @@ class Target:
     def bounded(self) -> bool:
         """Whether sends can block for want of buffer slots."""
         return self.slots is not None
+
+    def chunks_per_message(self, chunk_bytes: float) -> int | None:
+        """Most chunks of ``chunk_bytes`` bytes (a whole chunk, before loops) one message
+        of a step carries: MSCCL's ``mscclMaxAllowedCount`` (``mscclSetupCount``: the bytes
+        of a loop's chunk, :attr:`chunk_bytes`, over the whole chunk's, at least 1 and below
+        ``MSCCL_MAX_COUNT``); the kernel cuts a step of more ``cnt`` into messages of this
+        many (:func:`~commflow.ir.transform.split_messages`). ``None`` where a step always
+        goes as one message (``live``)."""
+        if self.chunk_bytes is None:
+            return None
+        most = max(1, int(self.chunk_bytes // max(1, math.ceil(chunk_bytes))))
+        return most if self.max_count is None else min(most, self.max_count - 1)
 
     def slots_for(self, counts: np.ndarray, chunk_bytes: float | None = None) -> np.ndarray:
         """Slots a message of ``counts`` chunks of ``chunk_bytes`` bytes takes (``None``: full

@@ -147,6 +147,54 @@ def repeated(program: Program, loops: int, steps: np.ndarray) -> np.ndarray:
     return np.sort(copies.ravel())
 
 
+def split_messages(program: Program, most: int,
+                   fused: np.ndarray | None = None) -> tuple[Program, np.ndarray | None]:
+    """``program`` with every step of more than ``most`` chunks cut into consecutive parts of
+    ``most`` chunks (the last takes the rest), and ``fused`` mapped to the result.
+
+    This is how MSCCL's kernel runs a step whose ``cnt`` exceeds ``mscclMaxAllowedCount``:
+    one primitive, one message, per part. A send in ``fused`` (global indices of sends
+    fused with the receive before them, ``rcs``/``rrcs``) alternates with that receive part
+    by part, as the fused primitive forwards each part once it has it; the result's fused
+    sends are all their parts. A step's dependencies stay on its first part; a step that
+    waited for it waits for its last. Like :func:`repeat`, for timing. Raises
+    ``ProgramError`` when ``most`` < 1.
+    """
+    if most < 1:
+        raise ProgramError(f"{program.name}: most must be >= 1, got {most}")
+    t = program.table
+    parts = -(-t.count.astype(np.int64) // most)
+    if not len(t) or parts.max() == 1:
+        return program, fused
+    none = fused is None
+    fused = np.zeros(0, dtype=np.int64) if none else np.asarray(fused, dtype=np.int64)
+    step = np.repeat(np.arange(len(t)), parts)
+    piece = np.arange(len(step)) - np.repeat(np.cumsum(parts) - parts, parts)
+    base = np.arange(len(t))
+    base[fused] -= 1  # a fused send's parts take turns with its receive's
+    forward = np.isin(step, fused)
+    order = np.lexsort((forward, piece, base[step]))
+    step, piece, forward = step[order], piece[order], forward[order]
+    columns = {name: getattr(t, name)[step] for name in _COLUMNS}
+    columns["count"] = np.minimum(most, columns["count"] - piece * most)
+    for buf, off in (("src_buf", "src_off"), ("dst_buf", "dst_off")):
+        columns[off] = columns[off].astype(np.int64) + np.where(columns[buf] >= 0,
+                                                                piece * most, 0)
+    last = np.zeros(len(t), dtype=np.int64)
+    ends = piece == parts[step] - 1
+    last[step[ends]] = np.flatnonzero(ends)
+    ndeps = np.where(piece == 0, np.diff(t.dep_ptr)[step], 0)
+    dep_ptr = np.zeros(len(step) + 1, dtype=np.int64)
+    np.cumsum(ndeps, out=dep_ptr[1:])
+    within = np.arange(int(dep_ptr[-1])) - np.repeat(dep_ptr[:-1], ndeps)
+    dep_idx = last[t.dep_idx[np.repeat(t.dep_ptr[step], ndeps) + within]]
+    return make_program(
+        program.name, program.collective, program.nranks, chunk_factor=program.chunk_factor,
+        columns=columns, root=program.root, dep_ptr=dep_ptr, dep_idx=dep_idx,
+        switches=len(program.participants) - program.nranks, params=dict(program.params),
+    ), None if none else np.flatnonzero(forward)
+
+
 def stack(programs: Sequence[Program], *, name: str | None = None) -> Program:
     """One program running ``programs`` side by side, each on its own share of the data: the
     ``j``-th of ``k`` programs works on chunks ``j * cf .. (j+1) * cf - 1`` of every block of

@@ -34,7 +34,7 @@ from commflow.errors import DeadlockError, SimulationError
 from commflow.ir import Program
 from commflow.ir.msccl import fused_sends
 from commflow.ir.target import Target, bounded, get_target
-from commflow.ir.transform import repeat, repeated
+from commflow.ir.transform import repeat, repeated, split_messages
 from commflow.sim.alphabeta import run_alphabeta
 from commflow.sim.bounds import Bound, lower_bound
 from commflow.sim.dag import StepCosts, StepGraph, Sweep
@@ -75,8 +75,10 @@ def simulate(
     ``i``; in-network participants need one). ``reduce_bandwidth`` and ``copy_bandwidth``
     (bytes/s) price local reductions and copies; ``None`` makes them free. ``target`` (see
     :mod:`commflow.ir.target`; default ``live``, unbounded buffering) bounds each
-    connection's buffer as that runtime does (a send waits for room), and runs chunks larger
-    than the runtime's in several loops (:func:`~commflow.ir.transform.repeat`); a send
+    connection's buffer as that runtime does (a send waits for room), runs chunks larger
+    than the runtime's in several loops (:func:`~commflow.ir.transform.repeat`) and a step
+    of more chunks than one of its messages holds as several messages
+    (:func:`~commflow.ir.transform.split_messages`); a send
     that the export to an XML target writes fused with the receive before it (``rcs``,
     :func:`~commflow.ir.msccl.fused_sends`) holds that receive until it has room, as the
     kernel's fused step does (apart where that deadlocks: the export then writes them
@@ -95,8 +97,9 @@ def simulate(
     fused = fused_sends(program, where) if where.bounded else None
     if where.chunk_bytes is not None and size > 0:
         loops = max(1, math.ceil(program.chunk_bytes(size) / where.chunk_bytes))
+        most = where.chunks_per_message(program.chunk_bytes(size))
         fused = None if fused is None else repeated(program, loops, fused)
-        program = repeat(program, loops)
+        program, fused = split_messages(repeat(program, loops), most, fused)
     chunk_bytes = program.chunk_bytes(size)
     nodes = place(program, topology, placement)
 

@@ -63,7 +63,9 @@ class SimResult:
     """Global step indices from the first to the last-finishing step, each the predecessor
     (channel predecessor, dependency or matched send) that determined the next one's start."""
     finish: np.ndarray
-    """Completion time of every step (global step index), seconds."""
+    """Completion time of every step (global step index), seconds. On an XML target, of
+    the program as timed: in its loops (:func:`~commflow.ir.transform.repeat`) and messages
+    (:func:`~commflow.ir.transform.split_messages`), where it runs in several."""
 
     def describe_critical_path(self, program: Program) -> tuple[CriticalStep, ...]:
         """The critical path as :class:`CriticalStep` rows, first to last.

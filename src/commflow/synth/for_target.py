@@ -298,7 +298,8 @@ def _packed(program: Program, split: int, topology: Topology, where: Target,
     by their times on ``where`` at ``size`` bytes, the shorter segment first on its streams
     from a lower-numbered rank to a higher one, then from a higher to a lower
     (:data:`PACK_EARLY`); nothing when it runs there in several loops (each threadblock
-    loops on its own, so joined ones would wait for each other's loops)."""
+    loops on its own, so joined ones would wait for each other's loops) or cuts steps into
+    several messages (the times are of the cut steps)."""
     n = program.nranks
     chans = np.unique(program.table.chan)
     streams = chans[chans < n * n]

@@ -13,8 +13,8 @@ import pytest
 
 from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
-from commflow.runtime import _cma, cma, dtype_of, fastpath
-from commflow.runtime.fastpath import CMA, Variant, effective, variant
+from commflow.runtime import _cma, cma, dtype_of, variants
+from commflow.runtime.variants import CMA, Variant, effective, variant
 from commflow.tune.online import candidates
 
 from .harness import bits_differ, run_world
@@ -33,7 +33,7 @@ def test_names_and_what_a_call_runs_as():
     AR, AG, RS = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER
     cma_2m = Variant(segment=2 << 20, copy=CMA)
     # small allreduces stage one-shot (the compiled path); larger ones read peers
-    assert effective(cma_2m, AR, 64 << 10, 2) is fastpath.DEFAULT
+    assert effective(cma_2m, AR, 64 << 10, 2) is variants.DEFAULT
     assert effective(Variant(one_shot=1 << 20, copy=CMA), AR, 512 << 10, 4) == \
         Variant(one_shot=1 << 20)
     assert effective(cma_2m, AR, 8 << 20, 2) == cma_2m
@@ -41,8 +41,8 @@ def test_names_and_what_a_call_runs_as():
     assert effective(cma_2m, AG, 8 << 20, 2) == cma_2m
     assert effective(cma_2m, Collective.BROADCAST, 8 << 20, 2) == Variant(copy=CMA)
     assert effective(cma_2m, RS, 8 << 20, 4) == cma_2m
-    assert "shm:copy=cma" in fastpath.variants(AG)
-    assert not any("cma" in n for n in fastpath.variants(AG, cma=False))
+    assert "shm:copy=cma" in variants.variants(AG)
+    assert not any("cma" in n for n in variants.variants(AG, cma=False))
 
 
 def _exact(comm):

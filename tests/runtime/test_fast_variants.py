@@ -8,9 +8,9 @@ import pytest
 
 from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
-from commflow.runtime import fastpath
+from commflow.runtime import variants
 from commflow.runtime.errors import CommMismatchError
-from commflow.runtime.fastpath import ONE_SHOT, SEGMENT, Variant, effective, variant
+from commflow.runtime.variants import ONE_SHOT, SEGMENT, Variant, effective, variant
 
 from .harness import bits_differ, run_world
 
@@ -27,7 +27,7 @@ def test_names_round_trip_and_drop_defaults():
     assert v == Variant(one_shot=1 << 20, segment=2 << 20)
     assert v.name == "shm:one_shot=1M:segment=2M"
     assert variant(v.name) == v
-    assert variant("shm").name == "shm" and variant(f"shm:segment={SEGMENT}") == fastpath.DEFAULT
+    assert variant("shm").name == "shm" and variant(f"shm:segment={SEGMENT}") == variants.DEFAULT
     assert Variant(segment=1000).name == "shm:segment=1000"
     assert variant("shm:spin=0:segment=1M").name == "shm:segment=1M:spin=0"
     assert variant("shm:store=stream:segment=1M").name == "shm:segment=1M:store=stream"
@@ -41,17 +41,17 @@ def test_effective_names_a_call_by_how_it_is_cut():
     AR, AG, RS = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER
     big = Variant(one_shot=1 << 20, segment=2 << 20)
     # one-shot whole under both: the defaults (the compiled small-message path)
-    assert effective(big, AR, ONE_SHOT, 4) is fastpath.DEFAULT
+    assert effective(big, AR, ONE_SHOT, 4) is variants.DEFAULT
     # one segment under both: the segment does not count; the threshold does (4 ranks)
     assert effective(big, AR, 256 << 10, 4) == Variant(one_shot=1 << 20)
     # the threshold counts only for allreduce; on two ranks a given one cuts larger segments
     # in halves, where the defaults reduce every segment whole
     assert effective(big, AG, 4 << 20, 4) == Variant(segment=2 << 20)
-    assert effective(big, RS, 256 << 10, 2) == fastpath.DEFAULT
+    assert effective(big, RS, 256 << 10, 2) == variants.DEFAULT
     assert effective(big, AR, 4 << 20, 2) == big
     assert effective(Variant(one_shot=1 << 20), AR, 1 << 20, 2) == Variant(one_shot=1 << 20)
     # the default threshold given by name is the default on more than two ranks only
-    assert effective(Variant(one_shot=ONE_SHOT), AR, 4 << 20, 4) == fastpath.DEFAULT
+    assert effective(Variant(one_shot=ONE_SHOT), AR, 4 << 20, 4) == variants.DEFAULT
     assert effective(Variant(one_shot=ONE_SHOT), AR, 4 << 20, 2) == Variant(one_shot=ONE_SHOT)
     assert effective(big, AR, 4 << 20, 4) == big
     # segments that each stage a call whole cut it alike: named by the least power of two
@@ -61,31 +61,31 @@ def test_effective_names_a_call_by_how_it_is_cut():
         effective(Variant(segment=8 << 20, spin=0), AG, 3 << 20, 4) == Variant(segment=4 << 20,
                                                                                spin=0)
     assert effective(Variant(segment=2 << 20), AG, 3 << 20, 4) == Variant(segment=2 << 20)
-    assert effective(Variant(segment=4 << 20, copy=fastpath.CMA), RS, 1 << 20,
-                     2) == Variant(segment=4 << 20, copy=fastpath.CMA)
+    assert effective(Variant(segment=4 << 20, copy=variants.CMA), RS, 1 << 20,
+                     2) == Variant(segment=4 << 20, copy=variants.CMA)
     # how a rank waits is kept, but not on the compiled path of small allreduces
     assert effective(Variant(spin=0), AG, 16, 4) == Variant(spin=0)
-    assert effective(Variant(spin=0), AR, 16, 4) == fastpath.DEFAULT
+    assert effective(Variant(spin=0), AR, 16, 4) == variants.DEFAULT
     # streamed stores are kept where staged data is copied out, not where a rank reads its
     # peers' buffers itself
-    stream = Variant(store=fastpath.STREAM)
+    stream = Variant(store=variants.STREAM)
     assert effective(stream, AG, 4 << 20, 2) is stream
-    assert effective(stream, AR, 16, 2) is fastpath.DEFAULT
-    assert effective(Variant(copy=fastpath.CMA, store=fastpath.STREAM), AG, 4 << 20,
-                     2) == Variant(copy=fastpath.CMA)
+    assert effective(stream, AR, 16, 2) is variants.DEFAULT
+    assert effective(Variant(copy=variants.CMA, store=variants.STREAM), AG, 4 << 20,
+                     2) == Variant(copy=variants.CMA)
 
 
 def test_variants_to_tune_are_distinct_and_apply():
-    ar = fastpath.variants(Collective.ALLREDUCE)
-    ag = fastpath.variants(Collective.ALLGATHER)
+    ar = variants.variants(Collective.ALLREDUCE)
+    ag = variants.variants(Collective.ALLGATHER)
     assert ar[0] == ag[0] == "shm" and len(set(ar)) == len(ar) and len(set(ag)) == len(ag)
     assert any("one_shot" in n for n in ar) and not any("one_shot" in n for n in ag)
     assert set(ag) < set(ar)
     # single-copy reads save no copy in a reduce-scatter: not among its candidates
-    rs = fastpath.variants(Collective.REDUCESCATTER)
+    rs = variants.variants(Collective.REDUCESCATTER)
     assert any("copy=cma" in n for n in ag) and not any("copy=cma" in n for n in rs)
     assert set(rs) == {n for n in ag if "copy=cma" not in n}
-    assert fastpath.variants(Collective.ALLTOALL) == []
+    assert variants.variants(Collective.ALLTOALL) == []
 
 
 def _reference(inputs: list[np.ndarray]) -> np.ndarray:

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from commflow.runtime import CommAbortedError, CommTimeoutError, dtype_of
-from commflow.runtime.fastpath import ONE_SHOT
 from commflow.runtime.lean import COMPILING
+from commflow.runtime.variants import ONE_SHOT
 from commflow.runtime.world import shared_cpus
 
 from .harness import run_world

@@ -23,7 +23,7 @@ from commflow.bench.memory import copy_bandwidth, staged_busbw_bound
 from commflow.bench.spec import SMALL_BYTES, RunSpec, timed_rounds
 from commflow.collectives import Collective, parse_collective
 from commflow.errors import AlgorithmError, CommflowError
-from commflow.runtime import DEFAULT_TIMEOUT, OPS, algorithm_names, dtype_of, fastpath
+from commflow.runtime import DEFAULT_TIMEOUT, OPS, algorithm_names, dtype_of, variants
 from commflow.runtime.programs import check_algorithm, is_program_file
 from commflow.runtime.world import usable_cpus
 from commflow.tune import Versus, versus_fixed
@@ -116,7 +116,7 @@ class BenchConfig:
                     check_program_file(name, coll, self.nranks, self.root)
                     continue
                 check_algorithm(coll, name)
-                if name != "auto" and not fastpath.is_fast(name):
+                if name != "auto" and not variants.is_fast(name):
                     algorithms.build(coll, name, self.nranks)
             labels = [label(name) for name in self.algos]
             if len(set(labels)) < len(labels):
@@ -134,7 +134,7 @@ class BenchConfig:
             raise CommflowError(
                 f"--hosts {self.hosts} does not split {self.nranks} ranks evenly: give a "
                 f"divisor of -n (1 for one host, {self.nranks} for a host per rank)")
-        fast = [name for name in self.algos if fastpath.is_fast(name)]
+        fast = [name for name in self.algos if variants.is_fast(name)]
         if fast:
             raise CommflowError(
                 f"--algo {', '.join(fast)}: the shared-memory fast path runs on one host, not "
@@ -173,9 +173,9 @@ def commflow_algorithms(collective: Collective, nranks: int, *,
     build for ``nranks``)."""
     names = ["auto"]
     for name in algorithm_names(collective):
-        if name == fastpath.NAME and not fast:
+        if name == variants.NAME and not fast:
             continue
-        if name != fastpath.NAME:
+        if name != variants.NAME:
             try:
                 algorithms.build(collective, name, nranks)
             except AlgorithmError:

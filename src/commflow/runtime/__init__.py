@@ -17,13 +17,13 @@ from commflow.runtime.errors import (
     CrossMemoryError,
     FlightRecordError,
 )
-from commflow.runtime.fastpath import Variant
 from commflow.runtime.flight import FlightConfig, FlightRecorder
 from commflow.runtime.init import DEFAULT_TIMEOUT, init
 from commflow.runtime.ops import OPS, dtype_of
 from commflow.runtime.programs import names as algorithm_names
 from commflow.runtime.programs import use_tuning_table
 from commflow.runtime.straggler import Straggler, StragglerConfig
+from commflow.runtime.variants import Variant
 from commflow.runtime.world import WorldSpec, detect_world
 
 __all__ = [

@@ -20,7 +20,7 @@ import numpy as np
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
 from commflow.ir import Program
-from commflow.runtime import fastpath, flight, flight_dumps, lean, programs
+from commflow.runtime import fastpath, flight, flight_dumps, lean, programs, variants
 from commflow.runtime.arrays import as_numpy, like
 from commflow.runtime.calls import Call, check_timeout, in_place
 from commflow.runtime.running import CallRunner
@@ -100,7 +100,7 @@ class Communicator(CallRunner):
         """Reduce ``x`` over all ranks into ``out`` (a new array if ``None``; ``out=x`` for
         in-place). Returns ``out`` (or a :class:`Handle` when ``async_op``)."""
         if self._lean is not None and not async_op and type(algo) is str \
-                and (algo == "auto" or algo == fastpath.NAME):
+                and (algo == "auto" or algo == variants.NAME):
             if timeout is not None:
                 check_timeout(timeout, f"allreduce on rank {self.rank}")
             result = self._lean.allreduce(x, op, out, timeout, algo)
@@ -114,8 +114,8 @@ class Communicator(CallRunner):
         if timeout is not None:
             check_timeout(timeout, f"allreduce on rank {self.rank}")
         if (self._fast is not None and not async_op and self._lanes is None
-                and 0 < a.nbytes <= fastpath.ONE_SHOT and isinstance(algo, str)
-                and algo in ("auto", fastpath.NAME)):
+                and 0 < a.nbytes <= variants.ONE_SHOT and isinstance(algo, str)
+                and algo in ("auto", variants.NAME)):
             self._guarded(lambda: self._small_allreduce(a, b, op, timeout))
             return out
         return self._submit(Call(Collective.ALLREDUCE, a, b, a.size, op, 0, algo), out,

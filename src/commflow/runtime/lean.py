@@ -1,4 +1,4 @@
-"""The small-message path: allreduce of at most :data:`~commflow.runtime.fastpath.ONE_SHOT`
+"""The small-message path: allreduce of at most :data:`~commflow.runtime.variants.ONE_SHOT`
 bytes and barrier in one compiled call each.
 
 The same exchange as :meth:`SharedBufferPaths.small_allreduce
@@ -33,7 +33,7 @@ import numpy as np
 
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
-from commflow.runtime import fastpath, programs
+from commflow.runtime import fastpath, programs, variants
 from commflow.runtime.errors import CommMismatchError, CommTimeoutError
 from commflow.runtime.ops import finish, reducer
 from commflow.runtime.protocol import Signature
@@ -56,10 +56,10 @@ the peer's doorbell at once."""
 _SPIN, _SPIN_SHARED, _POLL_SPIN, _POLL_YIELDS = 1 << 14, 64, 32, 16
 _OPS = {"sum": 0, "avg": 0, "prod": 1, "min": 2, "max": 3}
 _BOOL_OPS = {"sum": 3, "max": 3, "prod": 2, "min": 2}
-_BARRIER = Signature("collective", "barrier", "none", 0, "none", 0, fastpath.NAME)
+_BARRIER = Signature("collective", "barrier", "none", 0, "none", 0, variants.NAME)
 _BARRIER_CALL = ("barrier", np.dtype(np.uint8), 0, None)
 _ALLREDUCE = Collective.ALLREDUCE.value
-_NAME = fastpath.NAME
+_NAME = variants.NAME
 _announced = False
 
 
@@ -75,7 +75,7 @@ def attach(comm, fast: fastpath.SharedBufferPaths | None) -> LeanPath | None:
     none, when its staging halves are smaller than a one-shot allreduce, or when
     ``COMMFLOW_LEAN=0`` turns the path off."""
     if fast is None or os.environ.get("COMMFLOW_LEAN") == "0" \
-            or comm.transport.host.layout.stage_bytes // 2 < fastpath.ONE_SHOT:
+            or comm.transport.host.layout.stage_bytes // 2 < variants.ONE_SHOT:
         return None
     return LeanPath(comm, fast)
 
@@ -188,15 +188,15 @@ class LeanPath:
         tuning table in both placements (:func:`~commflow.runtime.programs.choices` remembers
         them; where they differ, the general path looks at the call's placement)."""
         names = set(programs.choices(Collective.ALLREDUCE, self._n, nbytes, fast_path=True))
-        return all(fastpath.is_fast(name) and fastpath.effective(
-            fastpath.variant(name), Collective.ALLREDUCE, nbytes, self._n) == fastpath.DEFAULT
+        return all(variants.is_fast(name) and variants.effective(
+            variants.variant(name), Collective.ALLREDUCE, nbytes, self._n) == variants.DEFAULT
             for name in names)
 
     def _plan(self, dtype: np.dtype, op: str, nbytes: int) -> tuple | None:
         """``(allreduce kernel, completion kernel, address of the constants, their array,
         signature)`` for a call, or ``None`` when it is not for this path (the general path
         raises for a bad op)."""
-        if not (isinstance(dtype, np.dtype) and 0 < nbytes <= fastpath.ONE_SHOT and op in _OPS
+        if not (isinstance(dtype, np.dtype) and 0 < nbytes <= variants.ONE_SHOT and op in _OPS
                 and _compiled(dtype)):
             return None
         try:
@@ -210,7 +210,7 @@ class LeanPath:
         _compile(kernel.allreduce, (array, array, *[int64] * 4))
         _compile(kernel.complete, (array, *[int64] * 4))
         signature = self._comm._signature(Collective.ALLREDUCE, dtype, nbytes, op, 0,
-                                          fastpath.NAME)
+                                          variants.NAME)
         constants = self._context(kernel, (_BOOL_OPS if dtype == np.bool_ else _OPS)[op],
                                   signature, (_ALLREDUCE, dtype, nbytes, op))
         return (kernel.allreduce, kernel.complete, constants.ctypes.data, constants,

@@ -23,7 +23,7 @@ from commflow import algorithms
 from commflow.collectives import Collective
 from commflow.errors import AlgorithmError
 from commflow.ir import Program, element_trace, to_json, verify
-from commflow.runtime import fastpath
+from commflow.runtime import variants
 from commflow.runtime.plan import RankPlan, plan_rank
 from commflow.tuning_table import TuningTable, load_table
 
@@ -65,7 +65,7 @@ def use_tuning_table(table: TuningTable | str | os.PathLike | None) -> None:
     the wire protocol's signature check. Without a call, ``auto`` loads the file named by
     ``COMMFLOW_TUNING_TABLE`` on first use. Raises ``CommflowError`` for a malformed file,
     ``AlgorithmError`` for a malformed fast-path variant name
-    (:func:`commflow.runtime.fastpath.variant`)."""
+    (:func:`commflow.runtime.variants.variant`)."""
     global generation
     if isinstance(table, str | os.PathLike):
         table = load_table(table)
@@ -76,8 +76,8 @@ def use_tuning_table(table: TuningTable | str | os.PathLike | None) -> None:
 def _checked(table: TuningTable | None) -> TuningTable | None:
     """``table`` once every fast-path variant it names parses (``AlgorithmError`` else)."""
     for rule in () if table is None else table.rules:
-        if fastpath.is_fast(rule.algo):
-            fastpath.variant(rule.algo)
+        if variants.is_fast(rule.algo):
+            variants.variant(rule.algo)
     return table
 
 
@@ -133,7 +133,7 @@ def _choose(collective: Collective, nranks: int, nbytes: int, fast_path: bool,
     table = _active_table()
     tuned = None if table is None else table.lookup(collective, nranks, nbytes,
                                                     in_place=in_place)
-    if tuned is not None and (fast_path or not fastpath.is_fast(tuned)):
+    if tuned is not None and (fast_path or not variants.is_fast(tuned)):
         return tuned
     return builtin(collective, nbytes, fast_path=fast_path)
 
@@ -142,8 +142,8 @@ def builtin(collective: Collective, nbytes: int, *, fast_path: bool = False) -> 
     """What ``auto`` runs without a tuning table (:func:`choose`): the shared-memory fast
     path where it applies, else a log-step algorithm below :data:`SMALL` bytes and a
     bandwidth-optimal one above."""
-    if fast_path and collective in fastpath.COLLECTIVES:
-        return fastpath.NAME
+    if fast_path and collective in variants.COLLECTIVES:
+        return variants.NAME
     small, large = _AUTO[collective]
     return small if nbytes < SMALL else large
 
@@ -242,13 +242,13 @@ def rank_plan(
 
 def check_algorithm(collective: Collective, name: str) -> None:
     """Raise ``AlgorithmError`` unless ``name`` is ``auto``, a fast path (or a variant of it,
-    :func:`commflow.runtime.fastpath.variant`) for ``collective`` or registered for it."""
-    if fastpath.is_fast(name):
-        fastpath.variant(name)
-        if collective not in fastpath.COLLECTIVES:
+    :func:`commflow.runtime.variants.variant`) for ``collective`` or registered for it."""
+    if variants.is_fast(name):
+        variants.variant(name)
+        if collective not in variants.COLLECTIVES:
             raise AlgorithmError(
                 f"fast path {name!r} has no {collective.value}; it covers "
-                f"{', '.join(c.value for c in fastpath.COLLECTIVES)}"
+                f"{', '.join(c.value for c in variants.COLLECTIVES)}"
             )
         return
     if name != "auto":
@@ -265,5 +265,5 @@ def check_algorithm(collective: Collective, name: str) -> None:
 def names(collective: Collective) -> list[str]:
     """Every algorithm the runtime can run for ``collective``: the fast path (if it covers the
     collective) and the registered programs (some apply only to certain rank counts)."""
-    fast = [fastpath.NAME] if collective in fastpath.COLLECTIVES else []
+    fast = [variants.NAME] if collective in variants.COLLECTIVES else []
     return fast + [a.name for a in algorithms.available(collective)]

@@ -14,7 +14,7 @@ import numpy as np
 from commflow.collectives import Collective
 from commflow.errors import CommflowError
 from commflow.ir import Program
-from commflow.runtime import fastpath, flight, flight_dumps, programs
+from commflow.runtime import fastpath, flight, flight_dumps, programs, variants
 from commflow.runtime.arrays import flat
 from commflow.runtime.calls import Call, Handle, check_timeout, in_place
 from commflow.runtime.errors import CommAbortedError, CommError, CommTimeoutError
@@ -30,16 +30,16 @@ _ALLREDUCE = Collective.ALLREDUCE.value
 
 P2P_CHANNEL = 1 << 30
 """Channel id reserved for point-to-point messages."""
-_Resolved = tuple[str, "fastpath.Variant | None"]
+_Resolved = tuple[str, "variants.Variant | None"]
 """An algorithm's name as a call runs it and, on the fast path, its variant."""
 
 
 def _as_run(name: str, coll: Collective, staged: int, nranks: int) -> _Resolved:
     """``name`` and no variant for a program; a fast-path variant by how it cuts a call of
     ``coll`` staging ``staged`` bytes (``shm`` where as the defaults), with that variant."""
-    if not fastpath.is_fast(name):
+    if not variants.is_fast(name):
         return name, None
-    options = fastpath.effective(fastpath.variant(name), coll, staged, nranks)
+    options = variants.effective(variants.variant(name), coll, staged, nranks)
     return options.name, options
 
 
@@ -97,7 +97,7 @@ class CallRunner:
 
     def _small_allreduce(self, a: np.ndarray, b: np.ndarray, op: str,
                          timeout: float | None) -> None:
-        """The latency path: a synchronous allreduce of at most ``fastpath.ONE_SHOT`` bytes
+        """The latency path: a synchronous allreduce of at most ``variants.ONE_SHOT`` bytes
         on the shared-memory fast path, with what :meth:`_run` does for it and nothing
         else (same sequence numbers, signatures and errors)."""
         dtype = a.dtype
@@ -109,9 +109,9 @@ class CallRunner:
         fr = self._flight
         entry = None if fr is None else fr.record(
             seq, _ALLREDUCE, dtype, a.nbytes, reduce=op, root=None, peer=None,
-            algo=fastpath.NAME, started=True)
+            algo=variants.NAME, started=True)
         signature = self._signature(Collective.ALLREDUCE, dtype, a.nbytes, op, 0,
-                                    fastpath.NAME)
+                                    variants.NAME)
         recv = b.reshape(-1)
         send = a.reshape(-1)
         if np.may_share_memory(send, recv) and not in_place(send, recv, self.rank):
@@ -192,7 +192,7 @@ class CallRunner:
         """What a call of ``algo`` (``nbytes`` per unit of the call; ``sizes``: its flat input's
         and output's bytes) runs out of place and in place: the algorithm's name, a fast-path
         variant by the name it runs under (``shm`` where it cuts the call as the defaults do,
-        :func:`~commflow.runtime.fastpath.effective`) with that variant, or a program's name
+        :func:`~commflow.runtime.variants.effective`) with that variant, or a program's name
         with ``None``. ``auto`` follows :func:`~commflow.runtime.programs.choices`. Remembered
         per call shape and tuning-table generation, so that ``auto`` and a named algorithm
         cost one lookup alike."""

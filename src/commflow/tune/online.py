@@ -56,17 +56,17 @@ def live_fingerprint(comm) -> str:
 def candidates(comm, collective: Collective) -> list[str]:
     """The algorithms the runtime can run for ``collective`` on ``comm``'s ranks (those that
     do not apply to its rank count left out): where the fast path runs, ``shm`` and its
-    tuned variants (:func:`commflow.runtime.fastpath.variants`: segment size, one-shot
+    tuned variants (:func:`commflow.runtime.variants.variants`: segment size, one-shot
     threshold, single-copy reads where every rank may read the others' memory:
     :func:`commflow.runtime.cma.permitted`, so a collective call), as NCCL's tuner ranks
     protocols and channel counts; then the registered programs."""
     from commflow import algorithms
-    from commflow.runtime import cma, fastpath, programs
+    from commflow.runtime import cma, programs, variants
 
-    found = fastpath.variants(collective, cma=cma.permitted(comm)) \
+    found = variants.variants(collective, cma=cma.permitted(comm)) \
         if getattr(comm, "fast_path", False) else []
     for name in programs.names(collective):
-        if name == "auto" or fastpath.is_fast(name):
+        if name == "auto" or variants.is_fast(name):
             continue
         try:
             algorithms.build(collective, name, comm.size)
@@ -79,14 +79,14 @@ def candidates(comm, collective: Collective) -> list[str]:
 def distinct(names: Sequence[str], collective: Collective, size: int,
              nranks: int) -> list[str]:
     """``names`` without the fast-path variants that cut a ``size``-byte call as an earlier
-    name does (:func:`commflow.runtime.fastpath.effective`; each kept under its name)."""
-    from commflow.runtime import fastpath
+    name does (:func:`commflow.runtime.variants.effective`; each kept under its name)."""
+    from commflow.runtime import variants
 
     staged = _count(collective, size, nranks) * 4  # a rank's float32 input, all staged
     seen, kept = set(), []
     for name in names:
-        key = fastpath.effective(fastpath.variant(name), collective, staged, nranks).name \
-            if fastpath.is_fast(name) else name
+        key = variants.effective(variants.variant(name), collective, staged, nranks).name \
+            if variants.is_fast(name) else name
         if key not in seen:
             seen.add(key)
             kept.append(name)
@@ -225,11 +225,11 @@ def margin_of(name: str) -> float:
     """How much faster than the incumbent the algorithm ``name`` must be in :func:`halve`'s
     head-to-head rounds: :data:`CUT_MARGIN` for a fast-path variant that stages and stores as
     ``shm`` does, else :data:`MARGIN`."""
-    from commflow.runtime import fastpath
+    from commflow.runtime import variants
 
-    if fastpath.is_fast(name):
-        option = fastpath.variant(name)
-        if (option.copy, option.store) == (fastpath.STAGE, fastpath.CACHED):
+    if variants.is_fast(name):
+        option = variants.variant(name)
+        if (option.copy, option.store) == (variants.STAGE, variants.CACHED):
             return CUT_MARGIN
     return MARGIN
 

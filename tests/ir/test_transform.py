@@ -144,3 +144,23 @@ def test_split_messages_moves_dependencies_to_first_and_last_parts():
     verify(cut)  # raises VerificationError on a broken program
     with pytest.raises(ProgramError, match="most must be >= 1"):
         split_messages(cut, 0)
+
+
+@pytest.mark.parametrize("nranks", [4, 8])
+def test_every_registered_program_cut_into_single_chunks_still_verifies(nranks):
+    """Bruck, recursive doubling, halving-doubling, trees, ... (steps of up to ``n`` chunks):
+    cut into single-chunk messages, fused forwards alternating, each still computes its
+    collective and moves the same chunks on every channel."""
+    from .test_msccl import registered
+
+    cut_any = False
+    for program in registered(nranks, chunks=2):
+        t = program.table
+        fused = fused_sends(program, "msccl")
+        cut, parts = split_messages(program, 1, fused)
+        c = cut.table
+        assert len(c) == int(t.count.sum()) and (c.count == 1).all()
+        assert len(parts) == int(t.count[fused].sum())
+        verify(cut)
+        cut_any |= len(c) > len(t)
+    assert cut_any

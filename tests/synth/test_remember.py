@@ -38,3 +38,18 @@ def test_a_topology_with_other_bandwidths_is_synthesized_anew():
     with remembered():
         assert synthesize("allgather", base) is synthesize("allgather", base)
         assert synthesize("allgather", faster) is not synthesize("allgather", base)
+
+
+def test_every_pieces_count_shares_one_column_generation_within_the_block(monkeypatch):
+    """MI250 x2's packing is fractional (column generation, seconds): made once for one and
+    two pieces per root within the block."""
+    packed = []
+    fresh = api.pack_trees
+    monkeypatch.setattr(api, "pack_trees",
+                        lambda *args, **kw: packed.append(args) or fresh(*args, **kw))
+    cluster = topology.load("mi250x2")
+    with remembered():
+        one = synthesize("allgather", cluster, pieces=1)
+        two = synthesize("allgather", cluster, pieces=2)
+    assert len(packed) == 1 and two.nsteps == 2 * one.nsteps
+    assert dict(one.params)["packing"] == "columns"

@@ -355,9 +355,15 @@ def _packed(
     own: LogicalEdges, edges: LogicalEdges, roots: list[int] | None
 ) -> tuple[WeightedTree, ...] | None:
     """The optimal fractional packing over ``own`` when it reaches the cut bound of all of
-    ``edges``, else ``None``."""
+    ``edges``, else ``None`` (one column generation per edge set and roots within
+    :func:`~commflow.synth.remember.remembered`: every pieces count and lowering shares it)."""
+    seconds = own.seconds
+    key = ("pack_trees", own.topology.name, own.topology.nodes, own.topology.links,
+           own.reverse, own.src.tobytes(), own.dst.tobytes(), seconds.data.tobytes(),
+           seconds.indices.tobytes(), seconds.indptr.tobytes(),
+           None if roots is None else tuple(roots))
     try:
-        packing = pack_trees(own, roots)
+        packing = recall(key, lambda: pack_trees(own, roots))
     except AlgorithmError:
         return None
     if packing.seconds_per_byte > cut_bound(edges, roots) * (1 + 1e-6):

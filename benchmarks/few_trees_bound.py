@@ -56,7 +56,7 @@ def main(preset: str, collective: str, counts: list[int], seconds: float) -> Non
     loads = loads[loads.any(axis=1)] / packing.seconds_per_byte
     roots = sorted({t.root for t in trees})
     group = np.searchsorted(roots, [t.root for t in trees])
-    used = np.bincount([roots.index(t.root) for t in packing.trees])
+    used = np.bincount(np.searchsorted(roots, [t.root for t in packing.trees]))
     print(f"# {preset} {collective}: {len(trees)} trees from column generation, the optimum "
           f"uses {used.min()}-{used.max()} per root; {seconds:g} s per row")
     print(f"{'trees/root':>10}{'busiest':>9}{'bound':>8}{'secs':>7}")

@@ -29,9 +29,9 @@ import numpy as np
 from commflow.collectives import Collective
 from commflow.errors import ProgramError, VerificationError
 from commflow.ir.msccl_fit import check_elements
-from commflow.ir.msccl_threadblocks import ThreadblockWriter
+from commflow.ir.msccl_threadblocks import ThreadblockWriter, forwards
 from commflow.ir.program import Program
-from commflow.ir.step import Op, ParticipantKind
+from commflow.ir.step import ParticipantKind
 from commflow.ir.target import Target, bounded, get_target
 from commflow.ir.verify import verify
 
@@ -119,13 +119,7 @@ def fused_sends(program: Program, target: Target | str) -> np.ndarray:
     """Global indices of the sends :func:`to_msccl_xml` lays out fused with the receive
     before them (``rcs``/``rrcs``) when ``program`` fits ``target`` (it still writes them
     apart where the fused steps would deadlock); none when it does not export there."""
-    t = program.table
-    after = np.flatnonzero((t.op[1:] == Op.SEND) & (t.position[1:] > 0)) + 1
-    forwards = (np.isin(t.op[after - 1], (Op.RECV, Op.RECV_REDUCE))
-                & (t.src_buf[after] == t.dst_buf[after - 1])
-                & (t.src_off[after] == t.dst_off[after - 1])
-                & (t.count[after] == t.count[after - 1]))
-    if not forwards.any():  # no send forwards the receive before it: nothing to lay out
+    if not forwards(program).any():  # no send forwards its receive: nothing to lay out
         return np.zeros(0, dtype=np.int64)
     where = get_target(target)
     try:

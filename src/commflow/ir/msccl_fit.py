@@ -57,6 +57,13 @@ def element_budget(program: Program, target: Target) -> int | None:
     return target.max_nodes - 1 - len(program.participants)
 
 
+def _least_counted(program: Program, target: Target) -> int:
+    """:func:`least_elements` as ``target``'s parser counts them: the busiest rank's, or the
+    whole file's."""
+    least = least_elements(program)
+    return int(least.max() if target.nodes_per_rank else least.sum())
+
+
 def fused_pieces(program: Program, target: Target, pieces: int) -> int | None:
     """About how many pieces (in the unit ``program`` was made with, ``pieces`` of them)
     would fit ``target``'s element limit with every possible fused step: the limit over
@@ -66,9 +73,7 @@ def fused_pieces(program: Program, target: Target, pieces: int) -> int | None:
     budget = element_budget(program, target)
     if budget is None:
         return None
-    least = least_elements(program)
-    used = least.max() if target.nodes_per_rank else least.sum()
-    return int(budget * pieces // max(int(used), 1))
+    return int(budget * pieces // max(_least_counted(program, target), 1))
 
 
 def check_elements(program: Program, target: Target) -> None:
@@ -78,8 +83,7 @@ def check_elements(program: Program, target: Target) -> None:
     budget = element_budget(program, target)
     if budget is None:
         return
-    least = least_elements(program)
-    used = int(least.max() if target.nodes_per_rank else least.sum())
+    used = _least_counted(program, target)
     if used > budget:
         scope = "for one rank" if target.nodes_per_rank else "per file"
         raise ProgramError(

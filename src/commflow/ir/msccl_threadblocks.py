@@ -65,6 +65,20 @@ class _Threadblock:
     fused: list[bool] = field(default_factory=list)
 
 
+def forwards(program: Program) -> np.ndarray:
+    """Per step: whether it is a send of exactly the chunks the receive just before it in its
+    channel wrote, the pairs an export may fuse (``rcs``/``rrcs``) where nothing else waits
+    between them (:class:`ThreadblockWriter`)."""
+    t = program.table
+    found = np.zeros(len(t), dtype=bool)
+    i = np.arange(1, len(t))
+    found[1:] = ((t.op[i] == Op.SEND) & (t.position[i] > 0)
+                 & np.isin(t.op[i - 1], tuple(_FUSED))
+                 & (t.src_buf[i] == t.dst_buf[i - 1]) & (t.src_off[i] == t.dst_off[i - 1])
+                 & (t.count[i] == t.count[i - 1]))
+    return found
+
+
 class ThreadblockWriter:
     """Splits every rank's channels into threadblocks and writes their steps."""
 
@@ -82,6 +96,7 @@ class ThreadblockWriter:
         self.count, self.position = t.count.tolist(), t.position.tolist()
         self.talks = np.isin(t.op, (Op.SEND, Op.RECV, Op.RECV_REDUCE)).tolist()
         """Per step: whether it has a peer (sends and receives; local steps do not)."""
+        self.forwards = forwards(program).tolist()
         self.dep_ptr, self.dep_idx = t.dep_ptr.tolist(), t.dep_idx.tolist()
         self.sender = match_transfers(program).tolist()
         self.receiver = [-1] * len(t)
@@ -237,12 +252,9 @@ class ThreadblockWriter:
             for slot in range(1, len(tb.steps) if self.fuse else 0):
                 i, prev = tb.steps[slot], tb.steps[slot - 1]
                 tb.fused[slot] = (
-                    self.op[i] == Op.SEND and self.op[prev] in _FUSED
+                    self.forwards[i] and prev == i - 1
                     and not tb.fused[slot - 1] and not tb.waits[slot]
                     and (n, slot - 1) not in waited
-                    and (self.src_buf[i], self.src_off[i], self.count[i])
-                    == (self.dst_buf[prev], self.dst_off[prev], self.count[prev])
-                    and self.position[i] == self.position[prev] + 1
                 )
                 if tb.fused[slot]:
                     self.fused_sends.append(i)

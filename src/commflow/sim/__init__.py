@@ -96,10 +96,11 @@ def simulate(
     where = get_target(target)
     fused = fused_sends(program, where) if where.bounded else None
     if where.chunk_bytes is not None and size > 0:
-        loops = max(1, math.ceil(program.chunk_bytes(size) / where.chunk_bytes))
-        most = where.chunks_per_message(program.chunk_bytes(size))
+        whole = program.chunk_bytes(size)
+        loops = max(1, math.ceil(whole / where.chunk_bytes))
         fused = None if fused is None else repeated(program, loops, fused)
-        program, fused = split_messages(repeat(program, loops), most, fused)
+        program, fused = split_messages(repeat(program, loops), where.chunks_per_message(whole),
+                                        fused)
     chunk_bytes = program.chunk_bytes(size)
     nodes = place(program, topology, placement)
 

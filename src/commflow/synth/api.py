@@ -16,7 +16,7 @@ from commflow.synth.forest import Forest, at_bound, cut_bound, forest, mirror
 from commflow.synth.links import LogicalEdges, logical_edges
 from commflow.synth.lower import DOWN, depth, lower, steps_per_piece
 from commflow.synth.merge import Merge, merge_name
-from commflow.synth.remember import recall
+from commflow.synth.remember import recall, topology_key
 from commflow.synth.steps import pareto, schedule_program
 from commflow.synth.streams import lower_streams
 from commflow.synth.trees import WeightedTree, balanced_shares, integral_shares, pack_trees
@@ -111,8 +111,8 @@ def synthesize(
     :func:`~commflow.synth.remember.remembered`, the same call returns the same program.
     """
     kind = parse_collective(collective)
-    key = (kind, objective, root, pieces, time_limit, levels, trees, merge, topology.name,
-           topology.nodes, topology.links)
+    key = (kind, objective, root, pieces, time_limit, levels, trees, merge,
+           topology_key(topology))
     return recall(key, lambda: _synthesize(kind, topology, objective, root, pieces, time_limit,
                                            levels, trees, merge))
 
@@ -358,10 +358,9 @@ def _packed(
     ``edges``, else ``None`` (one column generation per edge set and roots within
     :func:`~commflow.synth.remember.remembered`: every pieces count and lowering shares it)."""
     seconds = own.seconds
-    key = ("pack_trees", own.topology.name, own.topology.nodes, own.topology.links,
-           own.reverse, own.src.tobytes(), own.dst.tobytes(), seconds.data.tobytes(),
-           seconds.indices.tobytes(), seconds.indptr.tobytes(),
-           None if roots is None else tuple(roots))
+    key = ("pack_trees", topology_key(own.topology), own.reverse, own.src.tobytes(),
+           own.dst.tobytes(), seconds.data.tobytes(), seconds.indices.tobytes(),
+           seconds.indptr.tobytes(), None if roots is None else tuple(roots))
     try:
         packing = recall(key, lambda: pack_trees(own, roots))
     except AlgorithmError:
